@@ -1,0 +1,199 @@
+// The MLA decode benchmark; see decode_bench.h.
+#include "bench/decode_bench.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "bench/timing.h"
+#include "core/error.h"
+#include "cuda/device.h"
+#include "mla/kernels/fill.h"
+
+namespace mla::bench {
+
+std::string DecodeBenchCase::seqlen_k_label() const {
+  return varlen ? "uniform[1,8192]" : std::to_string(seqlen_k);
+}
+
+std::vector<DecodeBenchCase> decode_bench_sweep(bool quick) {
+  std::vector<DecodeBenchCase> cases;
+  if (quick) {
+    cases.push_back({128, 1, 16, 4096, false});
+    cases.push_back({32, 2, 128, 4096, false});
+    cases.push_back({8, 1, 16, 4096, false});
+    cases.push_back({1, 1, 16, 32768, false});
+    cases.push_back({128, 1, 64, 0, true});
+    return cases;
+  }
+  for (int batch : {1, 8, 32, 128})
+    for (int seqlen_q : {1, 2})
+      for (int heads : {16, 32, 64, 128})
+        for (int seqlen_k : {1024, 4096, 8192, 32768})
+          cases.push_back({batch, seqlen_q, heads, seqlen_k, false});
+  for (int seqlen_q : {1, 2})
+    for (int heads : {16, 32, 64, 128}) cases.push_back({128, seqlen_q, heads, 0, true});
+  return cases;
+}
+
+std::optional<double> FlashMlaReference::lookup(const DecodeBenchCase& config) const {
+  for (const Row& row : rows) {
+    if (row.batch == config.batch && row.seqlen_q == config.seqlen_q &&
+        row.num_heads_q == config.num_heads_q && row.seqlen_k == config.seqlen_k_label())
+      return row.us;
+  }
+  return std::nullopt;
+}
+
+FlashMlaReference load_flashmla_reference(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw_error("cannot open the FlashMLA reference file {} (pass --flashmla-ref)", path);
+  nlohmann::json json;
+  try {
+    file >> json;
+  } catch (const std::exception& error) {
+    throw_error("{}: not valid JSON: {}", path, error.what());
+  }
+  FlashMlaReference reference;
+  reference.what = json.value("what", "");
+  reference.gpu = json.value("gpu", "");
+  reference.date = json.value("date", "");
+  reference.commit = json.value("flashmla_commit", "");
+  for (const auto& row : json.at("rows")) {
+    FlashMlaReference::Row r;
+    r.batch = row.at("b").get<int>();
+    r.seqlen_q = row.at("s_q").get<int>();
+    r.num_heads_q = row.at("h_q").get<int>();
+    const auto& s_k = row.at("s_k");
+    r.seqlen_k = s_k.is_string() ? s_k.get<std::string>() : std::to_string(s_k.get<int>());
+    r.us = row.at("us").get<double>();
+    reference.rows.push_back(r);
+  }
+  return reference;
+}
+
+namespace {
+
+std::vector<int32_t> bench_seqlens(const DecodeBenchCase& config) {
+  std::vector<int32_t> seqlens(config.batch, config.seqlen_k);
+  if (config.varlen) {
+    std::mt19937 rng(0);
+    std::uniform_int_distribution<int> length(1, 8192);
+    for (int32_t& len : seqlens) len = length(rng);
+  }
+  return seqlens;
+}
+
+}  // namespace
+
+std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
+                                             const Ceilings& ceilings,
+                                             const FlashMlaReference* reference,
+                                             cudaStream_t stream,
+                                             const ProgressCallback& progress) {
+  const int num_sms = cuda::current_device_info().num_sms;
+  const std::vector<DecodeBenchCase> cases = decode_bench_sweep(options.quick);
+  const size_t total = cases.size() * options.kernels.size();
+  EventTimer timer(stream);
+  std::vector<DecodeBenchRow> rows;
+  for (const DecodeBenchCase& config : cases) {
+    const std::vector<int32_t> seqlens = bench_seqlens(config);
+    const int batch = config.batch;
+    std::vector<int32_t> pages_of(batch);
+    int num_pages = 0, max_pages = 1;
+    for (int b = 0; b < batch; ++b) {
+      pages_of[b] = kernels::num_pages_of(seqlens[b]);
+      num_pages += pages_of[b];
+      max_pages = std::max(max_pages, pages_of[b]);
+    }
+    // Pages handed out in a random order, as a long-running engine's allocator would.
+    std::vector<int32_t> order(num_pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(1));
+    std::vector<int32_t> block_table(size_t(batch) * max_pages, 0);
+    for (int b = 0, next = 0; b < batch; ++b)
+      for (int j = 0; j < pages_of[b]; ++j) block_table[size_t(b) * max_pages + j] = order[next++];
+
+    const size_t q_count =
+        size_t(batch) * config.seqlen_q * config.num_heads_q * kernels::kHeadDimQK;
+    const size_t kv_count = size_t(num_pages) * kernels::kPageSize * kernels::kHeadDimQK;
+    cuda::DeviceBuffer<bf16> q(q_count), kv(kv_count);
+    cuda::DeviceBuffer<bf16> out(size_t(batch) * config.seqlen_q * config.num_heads_q *
+                                 kernels::kHeadDimV);
+    cuda::DeviceBuffer<float> lse(size_t(batch) * config.num_heads_q * config.seqlen_q);
+    cuda::DeviceBuffer<int32_t> d_block_table(block_table.size()), d_seqlens(seqlens.size());
+    d_block_table.copy_from_host(block_table, stream);
+    d_seqlens.copy_from_host(seqlens, stream);
+    kernels::launch_fill_random_bf16(q.data(), q_count, {1, 0.1f, 1.f}, stream);
+    kernels::launch_fill_random_bf16(kv.data(), kv_count, {2, 0.1f, 1.f}, stream);
+    const size_t workspace_bytes =
+        kernels::mla_decode_workspace_size(batch, config.seqlen_q, config.num_heads_q, 1, num_sms);
+    cuda::DeviceBuffer<uint8_t> workspace(workspace_bytes);
+
+    kernels::MlaDecodePlanParams plan;
+    plan.seqlens = d_seqlens.data();
+    plan.batch = batch;
+    plan.seqlen_q = config.seqlen_q;
+    plan.num_heads_q = config.num_heads_q;
+    plan.num_heads_kv = 1;
+    plan.num_sms = num_sms;
+    plan.max_pages_per_seq = max_pages;
+    plan.workspace = workspace.data();
+    plan.workspace_bytes = workspace_bytes;
+
+    kernels::MlaDecodeParams params;
+    params.batch = batch;
+    params.seqlen_q = config.seqlen_q;
+    params.num_heads_q = config.num_heads_q;
+    params.num_heads_kv = 1;
+    params.num_pages = num_pages;
+    params.max_pages_per_seq = max_pages;
+    params.softmax_scale = 0.1352337788608801f;
+    params.causal = options.causal;
+    params.q = q.data();
+    params.kv_cache = kv.data();
+    params.block_table = d_block_table.data();
+    params.seqlens = d_seqlens.data();
+    params.out = out.data();
+    params.lse = lse.data();
+    params.num_sms = num_sms;
+    params.workspace = workspace.data();
+    params.workspace_bytes = workspace_bytes;
+    params.set_contiguous_strides();
+
+    const double us_plan =
+        timer.median_us([&] { kernels::launch_mla_decode_plan(plan, stream); }, options.runs);
+    kernels::launch_mla_decode_plan(plan, stream);
+
+    double mean_seqlen = 0;
+    for (int32_t len : seqlens) mean_seqlen += len;
+    mean_seqlen /= batch;
+    const double rows_q = double(config.seqlen_q) * config.num_heads_q;
+    for (kernels::MlaDecodeKernel kernel : options.kernels) {
+      params.kernel = kernel;
+      DecodeBenchRow row;
+      row.config = config;
+      row.kernel = kernels::to_string(kernel);
+      row.mean_seqlen_k = mean_seqlen;
+      row.us_plan = us_plan;
+      row.us = timer.median_us([&] { kernels::launch_mla_decode(params, stream); }, options.runs);
+      row.bytes = batch * (rows_q * kernels::kHeadDimQK * 2 +
+                           mean_seqlen * kernels::kHeadDimQK * 2 + rows_q * kernels::kHeadDimV * 2);
+      row.flops = 2.0 * batch * rows_q * mean_seqlen * (kernels::kHeadDimQK + kernels::kHeadDimV);
+      row.gbps = row.bytes / row.us * 1e-3;
+      row.tflops = row.flops / row.us * 1e-6;
+      row.pct_copy = 100.0 * row.gbps / ceilings.copy_gbps;
+      row.pct_gemm = 100.0 * row.tflops / ceilings.gemm_tflops;
+      if (reference != nullptr) row.flashmla_us = reference->lookup(config);
+      row.workspace_bytes = workspace_bytes;
+      rows.push_back(row);
+      if (progress) progress(rows.size(), total, rows.back());
+    }
+  }
+  return rows;
+}
+
+}  // namespace mla::bench

@@ -1,0 +1,77 @@
+// `mla bench decode`: the MLA decode sweep, timed by FlashMLA's published method (median of
+// event-timed runs, 256 MB L2 flush between runs, plan timed apart), with the same run's ceilings
+// and DeepSeek FlashMLA's H200 times as a reference column.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "mla/kernels/mla_decode.h"
+
+namespace mla::bench {
+
+struct DecodeBenchCase {
+  int batch = 0;
+  int seqlen_q = 1;
+  int num_heads_q = 16;
+  int seqlen_k = 0;     // fixed length; ignored when varlen
+  bool varlen = false;  // lengths uniform in [1, 8192] (seed 0)
+  std::string seqlen_k_label() const;
+};
+
+// The full sweep: b ∈ {1, 8, 32, 128} × s_q ∈ {1, 2} × h_q ∈ {16, 32, 64, 128} ×
+// s_k ∈ {1024, 4096, 8192, 32768}, plus varlen rows at b = 128. Quick: a few representative rows.
+std::vector<DecodeBenchCase> decode_bench_sweep(bool quick);
+
+struct DecodeBenchRow {
+  DecodeBenchCase config;
+  std::string kernel;
+  double mean_seqlen_k = 0;
+  double us = 0;       // median, plan excluded
+  double us_plan = 0;  // median of the plan alone
+  double bytes = 0;    // b·(s_q·h_q·576·2 + mean_s_k·576·2 + s_q·h_q·512·2)
+  double flops = 0;    // 2·b·s_q·h_q·mean_s_k·(576 + 512)
+  double gbps = 0;
+  double tflops = 0;
+  double pct_copy = 0;                // of the measured copy ceiling
+  double pct_gemm = 0;                // of the measured GEMM ceiling
+  std::optional<double> flashmla_us;  // DeepSeek FlashMLA on the H200, same config (reference file)
+  size_t workspace_bytes = 0;
+};
+
+struct DecodeBenchOptions {
+  bool quick = false;
+  int runs = 30;
+  std::vector<kernels::MlaDecodeKernel> kernels = {kernels::MlaDecodeKernel::kBaseline};
+  std::string flashmla_reference_path;  // empty: no reference column
+  bool causal = true;
+};
+
+struct FlashMlaReference {
+  std::string what;
+  std::string gpu;
+  std::string date;
+  std::string commit;
+  struct Row {
+    int batch, seqlen_q, num_heads_q;
+    std::string seqlen_k;  // "4096" or "uniform[1,8192]"
+    double us;
+  };
+  std::vector<Row> rows;
+  std::optional<double> lookup(const DecodeBenchCase& config) const;
+};
+FlashMlaReference load_flashmla_reference(const std::string& path);
+
+using ProgressCallback = std::function<void(size_t done, size_t total, const DecodeBenchRow&)>;
+
+std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
+                                             const Ceilings& ceilings,
+                                             const FlashMlaReference* reference,
+                                             cudaStream_t stream, const ProgressCallback& progress);
+
+}  // namespace mla::bench

@@ -1,0 +1,49 @@
+// EventTimer; see timing.h.
+#include "bench/timing.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mla::bench {
+
+double median(std::vector<double> values) {
+  MLA_CHECK(!values.empty());
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+EventTimer::EventTimer(cudaStream_t stream, size_t flush_bytes)
+    : stream_(stream), flush_(flush_bytes) {}
+
+EventTimer::~EventTimer() {
+  for (cudaEvent_t event : events_) cudaEventDestroy(event);
+}
+
+double EventTimer::median_us(const std::function<void()>& work, int runs, int warmup,
+                             bool flush_l2) {
+  MLA_CHECK_GE(runs, 1);
+  while (events_.size() < size_t(2 * runs)) {
+    cudaEvent_t event;
+    MLA_CUDA_CHECK(cudaEventCreate(&event));
+    events_.push_back(event);
+  }
+  for (int i = 0; i < warmup; ++i) work();
+  for (int i = 0; i < runs; ++i) {
+    if (flush_l2) MLA_CUDA_CHECK(cudaMemsetAsync(flush_.data(), i & 0xff, flush_.bytes(), stream_));
+    MLA_CUDA_CHECK(cudaEventRecord(events_[2 * i], stream_));
+    work();
+    MLA_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1], stream_));
+  }
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    float ms = 0.f;
+    MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
+    times.push_back(ms * 1000.0);
+  }
+  return median(times);
+}
+
+}  // namespace mla::bench

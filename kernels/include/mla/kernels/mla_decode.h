@@ -1,0 +1,111 @@
+// MLA decode attention over a paged latent cache: the host API (plain C++).
+//
+// Semantics follow DeepSeek FlashMLA's `flash_mla_with_kvcache`, so engine authors recognise them:
+// every query row attends to the sequence's latent cache with d_qk = 576 (512 latent + 64 rope)
+// and d_v = 512 (the latent itself: V is the first 512 columns of K). With causal and s_q > 1,
+// query i of a sequence of length L sees keys [0, L - s_q + i]. A row that sees no key (seqlen 0)
+// gets out = 0 and lse = +inf.
+//
+// Use, once per decode step and then once per layer:
+//   size_t bytes = mla_decode_workspace_size(b, s_q, h_q, h_kv, num_sms);   // caller allocates
+//   launch_mla_decode_plan({seqlens, b, s_q, h_q, h_kv, num_sms, max_pages, workspace}, stream);
+//   for each layer: launch_mla_decode(params /* same workspace */, stream);
+// The plan is computed on the device from the device seqlens: no host synchronisation, so the
+// whole step can be captured in a CUDA graph and replayed with new seqlens.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/dtypes.h"
+#include "mla/kernels/mla_decode_plan.h"
+
+namespace mla::kernels {
+
+// Which decode kernel runs. kBaseline: split-KV with mma.sync tensor cores and a cp.async pipeline.
+enum class MlaDecodeKernel { kBaseline };
+const char* to_string(MlaDecodeKernel kernel);
+
+struct MlaDecodePlanParams {
+  const int32_t* seqlens = nullptr;  // [batch] int32, device
+  int batch = 0;
+  int seqlen_q = 1;
+  int num_heads_q = 0;
+  int num_heads_kv = 1;
+  int num_sms = 0;            // SMs the plan spreads over (the device's count)
+  int max_pages_per_seq = 0;  // block_table row length: seqlens are clamped to it
+  void* workspace = nullptr;  // mla_decode_workspace_size(...) bytes, 256-byte aligned
+  size_t workspace_bytes = 0;
+};
+
+struct MlaDecodeParams {
+  // Shape. head dims and page size are stated by the caller and validated, never assumed.
+  int batch = 0;         // b
+  int seqlen_q = 1;      // s_q: query tokens per sequence (1; 2..4 for MTP/speculative)
+  int num_heads_q = 0;   // h_q
+  int num_heads_kv = 1;  // h_kv (1 for MLA); h_q % h_kv == 0
+  int head_dim_qk = kHeadDimQK;
+  int head_dim_v = kHeadDimV;
+  int page_size = kPageSize;  // tokens per cache page
+  int num_pages = 0;          // pages in the cache
+  int max_pages_per_seq = 0;  // block_table row length
+  float softmax_scale = 0.f;  // qk_head_dim^-0.5 · mscale² for DeepSeek (not 576^-0.5)
+  bool causal = false;
+
+  const bf16* q = nullptr;  // [b, s_q, h_q, 576] bf16, strides in elements
+  int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;
+  const bf16* kv_cache = nullptr;  // [num_pages, 64, h_kv, 576] bf16
+  int64_t kv_page_stride = 0, kv_token_stride = 0, kv_head_stride = 0;
+  const int32_t* block_table = nullptr;  // [b, max_pages_per_seq] int32 page ids
+  int64_t block_table_batch_stride = 0;
+  const int32_t* seqlens = nullptr;  // [b] int32, device: keys per sequence
+  bf16* out = nullptr;               // [b, s_q, h_q, 512] bf16
+  int64_t out_batch_stride = 0, out_seq_stride = 0, out_head_stride = 0;
+  float* lse = nullptr;  // [b, h_q, s_q] fp32, contiguous, natural log
+
+  int num_sms = 0;            // as given to the plan
+  void* workspace = nullptr;  // the plan's workspace (holds the plan and split-KV partials)
+  size_t workspace_bytes = 0;
+  MlaDecodeKernel kernel = MlaDecodeKernel::kBaseline;
+
+  // Fills every stride for contiguous tensors of the documented shapes.
+  void set_contiguous_strides();
+};
+
+// The device facts validation needs (filled from cudaGetDeviceProperties by the caller).
+struct DecodeDeviceFacts {
+  int compute_major = 0;
+  int compute_minor = 0;
+  int num_sms = 0;
+};
+
+// Workspace bytes for the plan and the split-KV partials of one step.
+size_t mla_decode_workspace_size(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                                 int num_sms);
+
+// Boundary validation; throws mla::Error naming the argument, the expected and the actual value.
+void check_mla_decode_plan_args(const MlaDecodePlanParams& params, const DecodeDeviceFacts& device);
+void check_mla_decode_args(const MlaDecodeParams& params, const DecodeDeviceFacts& device);
+
+// Facts of the current CUDA device (throws mla::Error without one).
+DecodeDeviceFacts current_decode_device_facts();
+
+// Validate, then launch. Asynchronous on `stream`; no allocation; CUDA-graph capturable.
+void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stream);
+void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
+
+// Where the plan and the partials live inside the workspace (exposed for tests and tools).
+struct DecodeWorkspaceLayout {
+  size_t plan_offset = 0;         // int32[decode_plan_ints(batch, num_parts)]
+  size_t partial_lse_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head]
+  size_t partial_out_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head, 512]
+  size_t total_bytes = 0;
+  int max_splits = 0;  // batch + num_parts: the most pieces a plan can make
+};
+DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
+                                              int num_heads_kv, int num_sms);
+
+}  // namespace mla::kernels

@@ -1,0 +1,167 @@
+// The MLA decode plan: how (sequence, page range) work is split over the SMs.
+//
+// The decode grid is fixed by the shape alone (num_parts CTAs per kv head and row tile), so it can
+// be captured in a CUDA graph; what varies per step is the plan, computed on the device from the
+// device seqlens by launch_mla_decode_plan() and reused by every layer of the step.
+//
+// Cost model: a sequence of n pages costs n + kDecodeFixedCostPages units (the fixed part pays for
+// loading the queries and writing the output). Sequences are laid end to end on one axis of cost
+// units; part p owns units [p·C, (p+1)·C) with C = ceil(total / num_parts). Page j of sequence i
+// sits at unit cost_begin[i] + kDecodeFixedCostPages + j, so every page belongs to exactly one
+// part, a part costs at most C + kDecodeFixedCostPages, and a part boundary can split a sequence:
+// its pieces are merged by log-sum-exp in the combine step. Every function here is pure and shared
+// by the device kernels and the host (tests, tools), so the plan the CPU tests check is the plan
+// the GPU runs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mla/kernels/host_device.h"
+
+namespace mla::kernels {
+
+inline constexpr int kPageSize = 64;             // tokens per cache page
+inline constexpr int kHeadDimQK = 576;           // kv_lora_rank 512 + qk_rope_head_dim 64
+inline constexpr int kHeadDimV = 512;            // kv_lora_rank
+inline constexpr int kDecodeFixedCostPages = 5;  // per-piece overhead, in pages of work
+inline constexpr int kDecodePlanHeaderInts = 4;  // [cost_per_part, total_splits, batch, num_parts]
+
+// The grid of the decode kernel, a function of the shape alone.
+struct DecodeLaunchShape {
+  int rows_per_kv_head = 0;  // s_q · h_q / h_kv: query rows that share one latent head
+  int rows_per_tile = 0;     // 16, 32 or 64 rows per CTA (the smallest that fits, else 64)
+  int num_row_tiles = 0;     // ceil(rows_per_kv_head / rows_per_tile)
+  int num_parts = 0;         // split-KV partitions (CTAs) per kv head and row tile
+};
+
+MLA_HOST_DEVICE DecodeLaunchShape decode_launch_shape(int seqlen_q, int num_heads_q,
+                                                      int num_heads_kv, int num_sms) {
+  DecodeLaunchShape shape;
+  shape.rows_per_kv_head = seqlen_q * (num_heads_q / num_heads_kv);
+  const int rows = shape.rows_per_kv_head;
+  shape.rows_per_tile = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+  shape.num_row_tiles = (rows + shape.rows_per_tile - 1) / shape.rows_per_tile;
+  const int ctas_per_part = num_heads_kv * shape.num_row_tiles;
+  shape.num_parts = num_sms / ctas_per_part > 1 ? num_sms / ctas_per_part : 1;
+  return shape;
+}
+
+// Sequence length as the kernels use it: negative counts as 0, and nothing past the block table's
+// capacity is ever read (a length beyond it is clamped, never trusted).
+MLA_HOST_DEVICE int clamp_seqlen(int seqlen, int max_pages_per_seq) {
+  const int capacity = max_pages_per_seq * kPageSize;
+  return seqlen < 0 ? 0 : seqlen > capacity ? capacity : seqlen;
+}
+
+MLA_HOST_DEVICE int num_pages_of(int seqlen) {
+  return (seqlen + kPageSize - 1) / kPageSize;
+}
+
+MLA_HOST_DEVICE int seq_cost(int num_pages) {
+  return num_pages > 0 ? num_pages + kDecodeFixedCostPages : 0;
+}
+
+MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts) {
+  const int per_part = (total_cost + num_parts - 1) / num_parts;
+  return per_part > 0 ? per_part : 1;
+}
+
+// Cost unit of page 0 of a sequence that starts at cost_begin.
+MLA_HOST_DEVICE int first_page_unit(int cost_begin) {
+  return cost_begin + kDecodeFixedCostPages;
+}
+
+// Number of pieces (parts touching it) of a sequence.
+MLA_HOST_DEVICE int num_splits_of(int cost_begin, int num_pages, int per_part) {
+  if (num_pages == 0) return 0;
+  const int first = first_page_unit(cost_begin);
+  return (first + num_pages - 1) / per_part - first / per_part + 1;
+}
+
+// Sizes of the plan arrays, in int32, laid out one after another:
+// header[kDecodePlanHeaderInts], cost_begin[batch + 1], split_begin[batch + 1],
+// part_first_seq[num_parts].
+MLA_HOST_DEVICE int64_t decode_plan_ints(int batch, int num_parts) {
+  return kDecodePlanHeaderInts + 2 * (int64_t(batch) + 1) + num_parts;
+}
+
+// A view of a plan in memory (device or host), over one int32 array of decode_plan_ints() values.
+struct DecodePlanView {
+  const int32_t* data = nullptr;
+  int batch = 0;
+  int num_parts = 0;
+
+  MLA_HOST_DEVICE int cost_per_part() const { return data[0]; }
+  MLA_HOST_DEVICE int total_splits() const { return data[1]; }
+  MLA_HOST_DEVICE const int32_t* cost_begin() const { return data + kDecodePlanHeaderInts; }
+  MLA_HOST_DEVICE const int32_t* split_begin() const { return cost_begin() + batch + 1; }
+  MLA_HOST_DEVICE const int32_t* part_first_seq() const { return split_begin() + batch + 1; }
+  MLA_HOST_DEVICE int num_splits(int seq) const {
+    return split_begin()[seq + 1] - split_begin()[seq];
+  }
+};
+
+// One piece of work of a part: pages [page_begin, page_end) of sequence `seq`.
+struct DecodePiece {
+  int seq = 0;
+  int seqlen = 0;  // clamped
+  int page_begin = 0;
+  int page_end = 0;
+  int split_index = 0;  // global index of this piece's partial result
+  int num_splits = 0;   // pieces of this sequence; 1 means the piece writes the final output
+};
+
+// Walks the pieces of part `part` in order. Used by the decode kernel and by the CPU tests.
+class PartPieceCursor {
+ public:
+  MLA_HOST_DEVICE PartPieceCursor(const DecodePlanView& plan, const int32_t* seqlens,
+                                  int max_pages_per_seq, int part)
+      : plan_(plan),
+        seqlens_(seqlens),
+        max_pages_per_seq_(max_pages_per_seq),
+        unit_begin_(part * plan.cost_per_part()),
+        unit_end_(unit_begin_ + plan.cost_per_part()),
+        part_(part),
+        seq_(plan.part_first_seq()[part]) {}
+
+  MLA_HOST_DEVICE bool next(DecodePiece* piece) {
+    const int32_t* cost_begin = plan_.cost_begin();
+    for (; seq_ < plan_.batch && cost_begin[seq_] < unit_end_; ++seq_) {
+      const int seqlen = clamp_seqlen(seqlens_[seq_], max_pages_per_seq_);
+      const int num_pages = num_pages_of(seqlen);
+      const int first = first_page_unit(cost_begin[seq_]);
+      const int begin = clamp_index(unit_begin_ - first, num_pages);
+      const int end = clamp_index(unit_end_ - first, num_pages);
+      if (begin >= end) continue;
+      piece->seq = seq_;
+      piece->seqlen = seqlen;
+      piece->page_begin = begin;
+      piece->page_end = end;
+      piece->split_index = plan_.split_begin()[seq_] + part_ - first / plan_.cost_per_part();
+      piece->num_splits = plan_.num_splits(seq_);
+      ++seq_;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  MLA_HOST_DEVICE static int clamp_index(int value, int upper) {
+    return value < 0 ? 0 : value > upper ? upper : value;
+  }
+  DecodePlanView plan_;
+  const int32_t* seqlens_;
+  int max_pages_per_seq_;
+  int unit_begin_;
+  int unit_end_;
+  int part_;
+  int seq_;
+};
+
+// The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
+// device (the GPU tests compare the two word for word). Pure; used by tests and tools.
+std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
+                                           int max_pages_per_seq);
+
+}  // namespace mla::kernels

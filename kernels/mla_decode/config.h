@@ -1,0 +1,64 @@
+// Compile-time configuration of the baseline MLA decode kernel (split-KV, mma.sync, cp.async).
+//
+// One CTA of 8 warps owns a tile of 16, 32 or 64 query rows of one kv head and walks its pieces
+// page by page (a 64-token page is one pipeline stage, double-buffered). Per page:
+//   S = Q·Kᵀ   warps split rows × tokens (kRowGroups × kTokenGroups), fragments via ldmatrix;
+//   softmax    online, base 2, row maxima exchanged through shared memory;
+//   O += P·V   every warp owns all rows × 64 of the 512 output columns (V = K[:, :512]).
+// Shared memory rows are 16-byte chunks XOR-swizzled by (row & 7) so every ldmatrix is
+// bank-conflict free (rows are 1152 or 128 bytes, multiples of 128, so unswizzled they conflict).
+#pragma once
+
+#include "mla/kernels/mla_decode_plan.h"
+
+namespace mla::kernels::decode {
+
+inline constexpr int kDimQK = kHeadDimQK;
+inline constexpr int kDimV = kHeadDimV;
+inline constexpr int kPageTokens = kPageSize;
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kStages = 2;                           // pages in shared memory at once
+inline constexpr int kChunkElems = 8;                       // bf16 per 16-byte chunk
+inline constexpr int kChunksQK = kDimQK / kChunkElems;      // 72 chunks per q / kv row
+inline constexpr int kChunksP = kPageTokens / kChunkElems;  // 8 chunks per P row
+inline constexpr int kColsPerWarpO = kDimV / kWarps;        // 64 output columns per warp
+inline constexpr int kKSteps = kDimQK / 16;                 // 36 k16 steps for S
+inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O per warp
+inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
+inline constexpr int kPlanThreads = 1024;
+
+static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);
+static_assert(kChunksQK % 8 == 0, "the (row & 7) swizzle permutes chunks within groups of 8");
+static_assert(kChunksP == 8);
+static_assert(kPageTokens % 16 == 0);
+
+template <int kRowsPerTile>
+struct TileConfig {
+  static_assert(kRowsPerTile == 16 || kRowsPerTile == 32 || kRowsPerTile == 64);
+  static constexpr int kRows = kRowsPerTile;
+  // S-phase warp grid: 16 rows × 8 tokens, 16 × 16 or 32 × 16 per warp.
+  static constexpr int kRowGroups = kRowsPerTile == 16 ? 1 : 2;
+  static constexpr int kTokenGroups = kWarps / kRowGroups;
+  static constexpr int kRowsPerWarpS = kRowsPerTile / kRowGroups;
+  static constexpr int kTokensPerWarpS = kPageTokens / kTokenGroups;
+  static constexpr int kMTilesS = kRowsPerWarpS / 16;
+  static constexpr int kNTilesS = kTokensPerWarpS / 8;
+  static constexpr int kMTilesO = kRowsPerTile / 16;
+  static_assert(kNTilesS == 1 || kNTilesS == 2);
+  static_assert(kRowGroups * kTokenGroups == kWarps);
+};
+
+// Shared memory of one CTA, in bytes (one struct, offsets in declaration order).
+template <int kRowsPerTile>
+struct SharedStorage {
+  uint16_t q[kRowsPerTile * kDimQK];           // swizzled [rows][576] bf16
+  uint16_t kv[kStages][kPageTokens * kDimQK];  // swizzled [64][576] bf16 per stage
+  uint16_t p[kRowsPerTile * kPageTokens];      // swizzled [rows][64] bf16 probabilities
+  float row_partial[TileConfig<kRowsPerTile>::kTokenGroups][kRowsPerTile];  // maxima, then sums
+  float row_alpha[kRowsPerTile];  // rescale of O for this page
+  float row_max[kRowsPerTile];    // final running max (base-2 scaled)
+};
+static_assert(sizeof(SharedStorage<64>) <= 227 * 1024, "must fit the sm_90 opt-in limit");
+
+}  // namespace mla::kernels::decode

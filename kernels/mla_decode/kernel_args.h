@@ -1,0 +1,24 @@
+// Arguments every MLA decode kernel receives (built once per launch by the host dispatcher).
+#pragma once
+
+#include "mla/kernels/mla_decode.h"
+
+namespace mla::kernels::decode {
+
+struct DecodeKernelArgs {
+  MlaDecodeParams params;
+  DecodeLaunchShape shape;
+  int heads_per_kv = 0;           // h_q / h_kv
+  int max_splits = 0;             // rows of the partial buffers
+  float scale_log2 = 0.f;         // softmax_scale · log2(e): scores are exponentiated in base 2
+  const int32_t* plan = nullptr;  // [decode_plan_ints(b, num_parts)] int32, in the workspace
+  float* partial_lse = nullptr;   // [max_splits, h_kv, rows_per_kv_head] fp32 (natural log)
+  float* partial_out = nullptr;   // [max_splits, h_kv, rows_per_kv_head, 512] fp32 (normalised)
+};
+
+// Launchers of the split-KV kernel, one explicit instantiation per tile height
+// (instantiations/rows{16,32,64}.cu).
+template <int kRowsPerTile>
+void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream);
+
+}  // namespace mla::kernels::decode

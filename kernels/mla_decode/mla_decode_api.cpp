@@ -1,0 +1,233 @@
+// Host side of the MLA decode op: workspace layout, boundary validation, and the launchers.
+//
+// Validation happens here, once, with messages that name the argument, the expected and the
+// actual value; the kernels trust their params.
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "mla/kernels/mla_decode.h"
+#include "mla_decode/kernel_args.h"
+
+namespace mla::kernels {
+namespace decode {
+void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
+                        int32_t* plan, cudaStream_t stream);
+void launch_combine_kernel(const DecodeKernelArgs& args, cudaStream_t stream);
+}  // namespace decode
+
+namespace {
+
+constexpr size_t kWorkspaceAlignment = 256;
+constexpr int kMaxHeadsPerKvHead = 128;
+constexpr int kMaxSeqlenQ = 128;
+constexpr int kMaxBatch = 65535;  // the combine grid's y dimension
+
+size_t align_up(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+bool aligned(const void* pointer, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error("mla_decode: " + message);
+}
+
+void check_shape(int batch, int seqlen_q, int num_heads_q, int num_heads_kv) {
+  require(batch >= 0 && batch <= kMaxBatch,
+          fmt::format("batch must be in [0, {}], got {}", kMaxBatch, batch));
+  require(seqlen_q >= 1 && seqlen_q <= kMaxSeqlenQ,
+          fmt::format("seqlen_q (s_q) must be in [1, {}], got {}", kMaxSeqlenQ, seqlen_q));
+  require(num_heads_kv >= 1, fmt::format("num_heads_kv must be >= 1, got {}", num_heads_kv));
+  require(num_heads_q >= 1 && num_heads_q % num_heads_kv == 0,
+          fmt::format("num_heads_q must be a positive multiple of num_heads_kv, got h_q = {}, "
+                      "h_kv = {}",
+                      num_heads_q, num_heads_kv));
+  require(num_heads_q / num_heads_kv <= kMaxHeadsPerKvHead,
+          fmt::format("num_heads_q / num_heads_kv must be in [1, {}], got {} / {} = {}",
+                      kMaxHeadsPerKvHead, num_heads_q, num_heads_kv, num_heads_q / num_heads_kv));
+}
+
+void check_device(const DecodeDeviceFacts& device) {
+  require(device.compute_major == 9 && device.compute_minor == 0,
+          fmt::format("needs an sm_90 GPU (H100/H200; the kernels are built for sm_90a), found "
+                      "sm_{}{}",
+                      device.compute_major, device.compute_minor));
+}
+
+void check_workspace(const void* workspace, size_t workspace_bytes, size_t required) {
+  require(workspace != nullptr, "workspace is null (allocate mla_decode_workspace_size() bytes)");
+  require(aligned(workspace, kWorkspaceAlignment),
+          fmt::format("workspace must be {}-byte aligned, got address {}", kWorkspaceAlignment,
+                      workspace));
+  require(workspace_bytes >= required,
+          fmt::format("workspace has {} bytes, needs {} (mla_decode_workspace_size() for this "
+                      "batch, s_q, h_q, h_kv and num_sms)",
+                      workspace_bytes, required));
+}
+
+void check_pointer(const void* pointer, const char* name, size_t alignment) {
+  require(pointer != nullptr, fmt::format("{} is null", name));
+  require(aligned(pointer, alignment),
+          fmt::format("{} must be {}-byte aligned, got address {}", name, alignment, pointer));
+}
+
+void check_stride(int64_t stride, const char* name, int64_t minimum) {
+  require(stride >= minimum && stride % 8 == 0,
+          fmt::format("{} must be a multiple of 8 elements (16 bytes) and >= {}, got {}", name,
+                      minimum, stride));
+}
+
+}  // namespace
+
+const char* to_string(MlaDecodeKernel kernel) {
+  switch (kernel) {
+    case MlaDecodeKernel::kBaseline:
+      return "baseline";
+  }
+  return "unknown";
+}
+
+void MlaDecodeParams::set_contiguous_strides() {
+  q_head_stride = head_dim_qk;
+  q_seq_stride = int64_t(num_heads_q) * head_dim_qk;
+  q_batch_stride = int64_t(seqlen_q) * q_seq_stride;
+  kv_head_stride = head_dim_qk;
+  kv_token_stride = int64_t(num_heads_kv) * head_dim_qk;
+  kv_page_stride = int64_t(page_size) * kv_token_stride;
+  block_table_batch_stride = max_pages_per_seq;
+  out_head_stride = head_dim_v;
+  out_seq_stride = int64_t(num_heads_q) * head_dim_v;
+  out_batch_stride = int64_t(seqlen_q) * out_seq_stride;
+}
+
+DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
+                                              int num_heads_kv, int num_sms) {
+  check_shape(batch, seqlen_q, num_heads_q, num_heads_kv);
+  require(num_sms >= 1, fmt::format("num_sms must be >= 1, got {}", num_sms));
+  const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
+  DecodeWorkspaceLayout layout;
+  layout.max_splits = batch + shape.num_parts;
+  const size_t partial_rows = size_t(layout.max_splits) * num_heads_kv * shape.rows_per_kv_head;
+  layout.plan_offset = 0;
+  layout.partial_lse_offset =
+      align_up(sizeof(int32_t) * decode_plan_ints(batch, shape.num_parts), kWorkspaceAlignment);
+  layout.partial_out_offset =
+      layout.partial_lse_offset + align_up(sizeof(float) * partial_rows, kWorkspaceAlignment);
+  layout.total_bytes = layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV;
+  return layout;
+}
+
+size_t mla_decode_workspace_size(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                                 int num_sms) {
+  return decode_workspace_layout(batch, seqlen_q, num_heads_q, num_heads_kv, num_sms).total_bytes;
+}
+
+void check_mla_decode_plan_args(const MlaDecodePlanParams& params,
+                                const DecodeDeviceFacts& device) {
+  check_device(device);
+  check_shape(params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv);
+  require(params.num_sms >= 1, fmt::format("num_sms must be >= 1, got {}", params.num_sms));
+  require(params.max_pages_per_seq >= 1,
+          fmt::format("max_pages_per_seq must be >= 1, got {}", params.max_pages_per_seq));
+  if (params.batch > 0) check_pointer(params.seqlens, "seqlens", alignof(int32_t));
+  check_workspace(params.workspace, params.workspace_bytes,
+                  mla_decode_workspace_size(params.batch, params.seqlen_q, params.num_heads_q,
+                                            params.num_heads_kv, params.num_sms));
+}
+
+void check_mla_decode_args(const MlaDecodeParams& p, const DecodeDeviceFacts& device) {
+  check_device(device);
+  check_shape(p.batch, p.seqlen_q, p.num_heads_q, p.num_heads_kv);
+  require(p.head_dim_qk == kHeadDimQK,
+          fmt::format("head_dim_qk must be {} (kv_lora_rank 512 + rope 64), got {}", kHeadDimQK,
+                      p.head_dim_qk));
+  require(p.head_dim_v == kHeadDimV,
+          fmt::format("head_dim_v must be {} (kv_lora_rank), got {}", kHeadDimV, p.head_dim_v));
+  require(p.page_size == kPageSize,
+          fmt::format("page_size must be {} tokens, got {}", kPageSize, p.page_size));
+  require(p.num_pages >= 1, fmt::format("num_pages must be >= 1, got {}", p.num_pages));
+  require(p.max_pages_per_seq >= 1,
+          fmt::format("max_pages_per_seq must be >= 1, got {}", p.max_pages_per_seq));
+  require(std::isfinite(p.softmax_scale) && p.softmax_scale > 0.f,
+          fmt::format("softmax_scale must be finite and > 0, got {}", p.softmax_scale));
+  require(p.num_sms >= 1, fmt::format("num_sms must be >= 1, got {}", p.num_sms));
+  check_workspace(
+      p.workspace, p.workspace_bytes,
+      mla_decode_workspace_size(p.batch, p.seqlen_q, p.num_heads_q, p.num_heads_kv, p.num_sms));
+  if (p.batch == 0) return;
+  check_pointer(p.q, "q", 16);
+  check_pointer(p.kv_cache, "kv_cache", 16);
+  check_pointer(p.block_table, "block_table", alignof(int32_t));
+  check_pointer(p.seqlens, "seqlens", alignof(int32_t));
+  check_pointer(p.out, "out", 16);
+  check_pointer(p.lse, "lse", alignof(float));
+  check_stride(p.q_head_stride, "q_head_stride", p.num_heads_q > 1 ? kHeadDimQK : 0);
+  check_stride(p.q_seq_stride, "q_seq_stride", 0);
+  check_stride(p.q_batch_stride, "q_batch_stride", 0);
+  check_stride(p.kv_head_stride, "kv_head_stride", p.num_heads_kv > 1 ? kHeadDimQK : 0);
+  check_stride(p.kv_token_stride, "kv_token_stride", kHeadDimQK);
+  check_stride(p.kv_page_stride, "kv_page_stride", kPageSize * int64_t(kHeadDimQK));
+  check_stride(p.out_head_stride, "out_head_stride", p.num_heads_q > 1 ? kHeadDimV : 0);
+  check_stride(p.out_seq_stride, "out_seq_stride", 0);
+  check_stride(p.out_batch_stride, "out_batch_stride", 0);
+  require(p.block_table_batch_stride >= p.max_pages_per_seq,
+          fmt::format("block_table_batch_stride must be >= max_pages_per_seq ({}), got {}",
+                      p.max_pages_per_seq, p.block_table_batch_stride));
+}
+
+DecodeDeviceFacts current_decode_device_facts() {
+  int ordinal = 0;
+  MLA_CUDA_CHECK(cudaGetDevice(&ordinal));
+  DecodeDeviceFacts facts;
+  MLA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&facts.compute_major, cudaDevAttrComputeCapabilityMajor, ordinal));
+  MLA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&facts.compute_minor, cudaDevAttrComputeCapabilityMinor, ordinal));
+  MLA_CUDA_CHECK(cudaDeviceGetAttribute(&facts.num_sms, cudaDevAttrMultiProcessorCount, ordinal));
+  return facts;
+}
+
+void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stream) {
+  check_mla_decode_plan_args(params, current_decode_device_facts());
+  if (params.batch == 0) return;
+  const DecodeLaunchShape shape =
+      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  decode::launch_plan_kernel(params, shape, static_cast<int32_t*>(params.workspace), stream);
+}
+
+void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
+  check_mla_decode_args(params, current_decode_device_facts());
+  if (params.batch == 0) return;
+  decode::DecodeKernelArgs args;
+  args.params = params;
+  args.shape =
+      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  args.heads_per_kv = params.num_heads_q / params.num_heads_kv;
+  const DecodeWorkspaceLayout layout = decode_workspace_layout(
+      params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  args.max_splits = layout.max_splits;
+  args.scale_log2 = params.softmax_scale * static_cast<float>(M_LOG2E);
+  auto* base = static_cast<uint8_t*>(params.workspace);
+  args.plan = reinterpret_cast<const int32_t*>(base + layout.plan_offset);
+  args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
+  args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
+
+  switch (args.shape.rows_per_tile) {
+    case 16:
+      decode::launch_splitkv_mma<16>(args, stream);
+      break;
+    case 32:
+      decode::launch_splitkv_mma<32>(args, stream);
+      break;
+    default:
+      decode::launch_splitkv_mma<64>(args, stream);
+      break;
+  }
+  decode::launch_combine_kernel(args, stream);
+}
+
+}  // namespace mla::kernels

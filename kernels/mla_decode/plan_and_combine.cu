@@ -1,0 +1,189 @@
+// The decode plan kernel (one CTA computes the whole plan from the device seqlens) and the combine
+// kernel (merges a sequence's split-KV partial results by log-sum-exp), plus the dispatcher that
+// launches split-KV then combine.
+#include <cub/block/block_scan.cuh>
+
+#include <cmath>
+
+#include "cuda/check.h"
+#include "mla_decode/config.h"
+#include "mla_decode/kernel_args.h"
+
+namespace mla::kernels {
+namespace decode {
+namespace {
+
+struct PlanKernelArgs {
+  const int32_t* seqlens;  // [batch]
+  int32_t* plan;           // [decode_plan_ints(batch, num_parts)]
+  int batch;
+  int num_parts;
+  int max_pages_per_seq;
+};
+
+__device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
+  return num_pages_of(clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq));
+}
+
+// Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
+__global__ void __launch_bounds__(kPlanThreads)
+    mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
+  using BlockScan = cub::BlockScan<int, kPlanThreads>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ int carry;
+  int32_t* header = args.plan;
+  int32_t* cost_begin = header + kDecodePlanHeaderInts;
+  int32_t* split_begin = cost_begin + args.batch + 1;
+  int32_t* part_first_seq = split_begin + args.batch + 1;
+  const int tid = threadIdx.x;
+
+  // Pass 1: exclusive prefix of sequence costs.
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < args.batch; base += kPlanThreads) {
+    const int seq = base + tid;
+    const int cost = seq < args.batch ? seq_cost(pages_of_seq(args, seq)) : 0;
+    int prefix, chunk_total;
+    BlockScan(scan_storage).ExclusiveSum(cost, prefix, chunk_total);
+    if (seq < args.batch) cost_begin[seq] = carry + prefix;
+    __syncthreads();
+    if (tid == 0) carry += chunk_total;
+    __syncthreads();
+  }
+  const int total_cost = carry;
+  const int per_part = cost_per_part(total_cost, args.num_parts);
+  __syncthreads();
+
+  // Pass 2: exclusive prefix of splits per sequence.
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < args.batch; base += kPlanThreads) {
+    const int seq = base + tid;
+    const int splits =
+        seq < args.batch ? num_splits_of(cost_begin[seq], pages_of_seq(args, seq), per_part) : 0;
+    int prefix, chunk_total;
+    BlockScan(scan_storage).ExclusiveSum(splits, prefix, chunk_total);
+    if (seq < args.batch) split_begin[seq] = carry + prefix;
+    __syncthreads();
+    if (tid == 0) carry += chunk_total;
+    __syncthreads();
+  }
+  if (tid == 0) {
+    header[0] = per_part;
+    header[1] = carry;
+    header[2] = args.batch;
+    header[3] = args.num_parts;
+    cost_begin[args.batch] = total_cost;
+    split_begin[args.batch] = carry;
+  }
+  __syncthreads();
+
+  // Pass 3: the first sequence each part touches (binary search over the cost prefix).
+  for (int part = tid; part < args.num_parts; part += kPlanThreads) {
+    const int unit = part * per_part;
+    int lo = 0, hi = args.batch;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (cost_begin[mid + 1] > unit)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    part_first_seq[part] = lo;
+  }
+}
+
+// One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
+// kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged.
+__global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
+    mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  const MlaDecodeParams& p = args.params;
+  const int lane = threadIdx.x & 31;
+  const int row_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
+  const int rows_total = args.shape.rows_per_kv_head;
+  if (row_index >= p.num_heads_kv * rows_total) return;
+  const int batch_index = blockIdx.y;
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  const int num_splits = plan.num_splits(batch_index);
+  if (num_splits == 1) return;
+
+  const int kv_head = row_index / rows_total;
+  const int r = row_index % rows_total;
+  const int s = r / args.heads_per_kv;
+  const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+  auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
+                  s * p.out_seq_stride + head * p.out_head_stride;
+  float* lse_out =
+      p.lse + (static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s;
+
+  constexpr int kColsPerLanePass = 4;                       // one float4
+  constexpr int kPasses = kDimV / (32 * kColsPerLanePass);  // 4
+  const int split0 = plan.split_begin()[batch_index];
+  auto partial_index = [&](int k) {
+    return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
+  };
+
+  float max_lse = -INFINITY;
+  for (int k = lane; k < num_splits; k += 32)
+    max_lse = fmaxf(max_lse, args.partial_lse[partial_index(k)]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+
+  float acc[kPasses][kColsPerLanePass] = {};
+  float lse_final = INFINITY;  // no key seen anywhere: out = 0, lse = +inf
+  if (max_lse != -INFINITY) {
+    float sum = 0.f;
+    for (int k = lane; k < num_splits; k += 32)
+      sum += expf(args.partial_lse[partial_index(k)] - max_lse);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inv_sum = 1.f / sum;
+    lse_final = max_lse + logf(sum);
+    for (int k = 0; k < num_splits; ++k) {
+      const int64_t index = partial_index(k);
+      const float weight = expf(args.partial_lse[index] - max_lse) * inv_sum;
+      if (weight == 0.f) continue;  // an empty piece: its partial is 0 (and may be skipped)
+      const float* partial = args.partial_out + index * kDimV;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(partial + (pass * 32 + lane) * kColsPerLanePass);
+        acc[pass][0] += weight * v.x;
+        acc[pass][1] += weight * v.y;
+        acc[pass][2] += weight * v.z;
+        acc[pass][3] += weight * v.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[pass][0], acc[pass][1]);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[pass][2], acc[pass][3]);
+    uint2 packed;
+    packed.x = *reinterpret_cast<uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out_row + (pass * 32 + lane) * kColsPerLanePass) = packed;
+  }
+  if (lane == 0) *lse_out = lse_final;
+}
+
+}  // namespace
+
+void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
+                        int32_t* plan, cudaStream_t stream) {
+  PlanKernelArgs args{params.seqlens, plan, params.batch, shape.num_parts,
+                      params.max_pages_per_seq};
+  mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
+  MLA_CHECK_LAUNCH("mla_decode_plan");
+}
+
+void launch_combine_kernel(const DecodeKernelArgs& args, cudaStream_t stream) {
+  const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
+  const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
+  mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
+  MLA_CHECK_LAUNCH("mla_decode_combine");
+}
+
+}  // namespace decode
+}  // namespace mla::kernels

@@ -1,0 +1,348 @@
+// The baseline MLA decode kernel: split-KV over the plan's pieces, mma.sync tensor cores, a
+// two-stage cp.async page pipeline. Included only by instantiations/rows*.cu.
+//
+// Layout of work and shared memory: see config.h. The subtle parts:
+// - Tokens past a sequence's end are zero-filled by cp.async (never read), so NaN garbage in pages
+//   a sequence does not own cannot reach P·V (0 · NaN would be NaN even with P = 0).
+// - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
+//   max = -inf, and exponentials subtract 0 instead so no (-inf) - (-inf) appears.
+// - Every thread keeps its own partial row sums; they are reduced once per piece, not per page.
+#pragma once
+
+#include <cmath>
+
+#include "common/ptx.cuh"
+#include "cuda/check.h"
+#include "mla_decode/config.h"
+#include "mla_decode/kernel_args.h"
+
+namespace mla::kernels::decode {
+
+inline constexpr float kLn2 = 0.69314718055994530942f;
+
+__device__ __forceinline__ uint32_t swizzled_qk_chunk(int row, int chunk) {
+  return static_cast<uint32_t>(row * kChunksQK + (chunk ^ (row & 7)));
+}
+__device__ __forceinline__ uint32_t swizzled_p_chunk(int row, int chunk) {
+  return static_cast<uint32_t>(row * kChunksP + (chunk ^ (row & 7)));
+}
+
+template <int kRowsPerTile>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  using Cfg = TileConfig<kRowsPerTile>;
+  constexpr int kMS = Cfg::kMTilesS;
+  constexpr int kNS = Cfg::kNTilesS;
+  constexpr int kMO = Cfg::kMTilesO;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<SharedStorage<kRowsPerTile>*>(smem_raw);
+
+  const MlaDecodeParams& p = args.params;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int kv_head = blockIdx.y / args.shape.num_row_tiles;
+  const int tile_row0 = (blockIdx.y % args.shape.num_row_tiles) * kRowsPerTile;
+  const int rows_total = args.shape.rows_per_kv_head;
+
+  // S phase: this warp's rows [s_row0, +kRowsPerWarpS) × tokens [s_tok0, +kTokensPerWarpS).
+  const int s_token_group = warp % Cfg::kTokenGroups;
+  const int s_row0 = (warp / Cfg::kTokenGroups) * Cfg::kRowsPerWarpS;
+  const int s_tok0 = s_token_group * Cfg::kTokensPerWarpS;
+  // O phase: all rows × output columns [o_col0, +64).
+  const int o_col0 = warp * kColsPerWarpO;
+
+  const uint32_t q_smem = ptx::smem_address(smem.q);
+  const uint32_t p_smem = ptx::smem_address(smem.p);
+  const uint32_t kv_smem0 = ptx::smem_address(smem.kv[0]);
+  constexpr uint32_t kStageBytes = sizeof(smem.kv[0]);
+  uint8_t* p_bytes = reinterpret_cast<uint8_t*>(smem.p);
+
+  const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
+  const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
+
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+  DecodePiece piece;
+  while (cursor.next(&piece)) {
+    const int batch_index = piece.seq;
+
+    // Queries of this tile → smem (rows past the kv head's last row are zero-filled).
+    for (int c = tid; c < kRowsPerTile * kChunksQK; c += kThreads) {
+      const int row = c / kChunksQK;
+      const int chunk = c % kChunksQK;
+      const int r = tile_row0 + row;
+      const bool valid = r < rows_total;
+      const int s = r / args.heads_per_kv;
+      const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+      const uint16_t* src = valid ? q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride +
+                                        head * p.q_head_stride + chunk * kChunkElems
+                                  : q_global;
+      ptx::cp_async_16(q_smem + swizzled_qk_chunk(row, chunk) * 16, src, valid ? 16 : 0);
+    }
+
+    const int32_t* page_ids = p.block_table + batch_index * p.block_table_batch_stride;
+    auto load_page = [&](int page, int stage) {
+      const uint16_t* page_base = kv_global +
+                                  static_cast<int64_t>(page_ids[page]) * p.kv_page_stride +
+                                  kv_head * p.kv_head_stride;
+      const int tokens_valid = piece.seqlen - page * kPageTokens;
+      for (int c = tid; c < kPageTokens * kChunksQK; c += kThreads) {
+        const int token = c / kChunksQK;
+        const int chunk = c % kChunksQK;
+        const bool valid = token < tokens_valid;
+        const uint16_t* src =
+            valid ? page_base + token * p.kv_token_stride + chunk * kChunkElems : kv_global;
+        ptx::cp_async_16(kv_smem0 + stage * kStageBytes + swizzled_qk_chunk(token, chunk) * 16, src,
+                         valid ? 16 : 0);
+      }
+    };
+    load_page(piece.page_begin, 0);
+    ptx::cp_async_commit();
+
+    // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
+    float row_max_run[kMS][2];
+    float row_sum_part[kMS][2];
+    int row_last_key[kMS][2];  // the last key index this row may see
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max_run[ms][h] = -INFINITY;
+        row_sum_part[ms][h] = 0.f;
+        const int r = tile_row0 + s_row0 + ms * 16 + (lane >> 2) + h * 8;
+        const int s = r / args.heads_per_kv;
+        const int last = piece.seqlen - 1 - (p.causal ? p.seqlen_q - 1 - s : 0);
+        row_last_key[ms][h] = r < rows_total ? last : -1;
+      }
+    }
+    float o_acc[kMO][kNTilesO][4];
+#pragma unroll
+    for (int mo = 0; mo < kMO; ++mo)
+#pragma unroll
+      for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o_acc[mo][nt][i] = 0.f;
+
+    for (int page = piece.page_begin; page < piece.page_end; ++page) {
+      const int stage = (page - piece.page_begin) & 1;
+      ptx::cp_async_wait_all();
+      __syncthreads();  // page `page` visible to all; everyone is done with the other stage
+      if (page + 1 < piece.page_end) {
+        load_page(page + 1, stage ^ 1);
+        ptx::cp_async_commit();
+      }
+      const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
+
+      // S = Q · Kᵀ for this warp's rows × tokens.
+      float s_acc[kMS][kNS][4];
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms)
+#pragma unroll
+        for (int ns = 0; ns < kNS; ++ns)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s_acc[ms][ns][i] = 0.f;
+#pragma unroll 6
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t a[kMS][4];
+#pragma unroll
+        for (int ms = 0; ms < kMS; ++ms) {
+          const int row = s_row0 + ms * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ptx::ldmatrix_x4(a[ms], q_smem + swizzled_qk_chunk(row, 2 * kk + (lane >> 4)) * 16);
+        }
+        uint32_t b[kNS][2];
+        if constexpr (kNS == 2) {
+          const int token = s_tok0 + (lane & 7) + (lane >> 4) * 8;
+          uint32_t r[4];
+          ptx::ldmatrix_x4(r, kv_stage + swizzled_qk_chunk(token, 2 * kk + ((lane >> 3) & 1)) * 16);
+          b[0][0] = r[0];
+          b[0][1] = r[1];
+          b[kNS - 1][0] = r[2];
+          b[kNS - 1][1] = r[3];
+        } else {
+          const int token = s_tok0 + (lane & 7);
+          uint32_t r[2];
+          ptx::ldmatrix_x2(r, kv_stage + swizzled_qk_chunk(token, 2 * kk + ((lane >> 3) & 1)) * 16);
+          b[0][0] = r[0];
+          b[0][1] = r[1];
+        }
+#pragma unroll
+        for (int ms = 0; ms < kMS; ++ms)
+#pragma unroll
+          for (int ns = 0; ns < kNS; ++ns)
+            ptx::mma_bf16_16816(s_acc[ms][ns], a[ms], b[ns][0], b[ns][1]);
+      }
+
+      // Scale to base 2, mask, and publish this warp's partial row maxima.
+      const int key0 = page * kPageTokens + s_tok0 + 2 * (lane & 3);
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float partial_max = -INFINITY;
+#pragma unroll
+          for (int ns = 0; ns < kNS; ++ns) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int key = key0 + ns * 8 + j;
+              float& x = s_acc[ms][ns][h * 2 + j];
+              x = key <= row_last_key[ms][h] ? x * args.scale_log2 : -INFINITY;
+              partial_max = fmaxf(partial_max, x);
+            }
+          }
+          partial_max = fmaxf(partial_max, __shfl_xor_sync(0xffffffffu, partial_max, 1));
+          partial_max = fmaxf(partial_max, __shfl_xor_sync(0xffffffffu, partial_max, 2));
+          if ((lane & 3) == 0)
+            smem.row_partial[s_token_group][s_row0 + ms * 16 + (lane >> 2) + h * 8] = partial_max;
+        }
+      }
+      __syncthreads();
+
+      // Online softmax: new row maxima, P = 2^(x - max) → smem (bf16), rescale factors → smem.
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = s_row0 + ms * 16 + (lane >> 2) + h * 8;
+          float page_max = smem.row_partial[0][row];
+#pragma unroll
+          for (int g = 1; g < Cfg::kTokenGroups; ++g)
+            page_max = fmaxf(page_max, smem.row_partial[g][row]);
+          const float new_max = fmaxf(row_max_run[ms][h], page_max);
+          const float subtract = new_max == -INFINITY ? 0.f : new_max;
+          const float alpha = ptx::fast_exp2(row_max_run[ms][h] - subtract);
+          row_max_run[ms][h] = new_max;
+          float sum = row_sum_part[ms][h] * alpha;
+#pragma unroll
+          for (int ns = 0; ns < kNS; ++ns) {
+            const float p0 = ptx::fast_exp2(s_acc[ms][ns][h * 2] - subtract);
+            const float p1 = ptx::fast_exp2(s_acc[ms][ns][h * 2 + 1] - subtract);
+            sum += p0 + p1;
+            const int token = s_tok0 + ns * 8;  // chunk-aligned
+            const uint32_t offset =
+                swizzled_p_chunk(row, token / kChunkElems) * 16 + (lane & 3) * 4;
+            *reinterpret_cast<uint32_t*>(p_bytes + offset) = ptx::pack_bf16x2(p0, p1);
+          }
+          row_sum_part[ms][h] = sum;
+          if (s_token_group == 0 && (lane & 3) == 0) smem.row_alpha[row] = alpha;
+        }
+      }
+      __syncthreads();
+
+      // O = alpha · O + P · V, V = the page's first 512 latent columns.
+#pragma unroll
+      for (int mo = 0; mo < kMO; ++mo) {
+        const float alpha_lo = smem.row_alpha[mo * 16 + (lane >> 2)];
+        const float alpha_hi = smem.row_alpha[mo * 16 + (lane >> 2) + 8];
+#pragma unroll
+        for (int nt = 0; nt < kNTilesO; ++nt) {
+          o_acc[mo][nt][0] *= alpha_lo;
+          o_acc[mo][nt][1] *= alpha_lo;
+          o_acc[mo][nt][2] *= alpha_hi;
+          o_acc[mo][nt][3] *= alpha_hi;
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < kPageTokens / 16; ++ks) {
+        uint32_t a[kMO][4];
+#pragma unroll
+        for (int mo = 0; mo < kMO; ++mo) {
+          const int row = mo * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ptx::ldmatrix_x4(a[mo], p_smem + swizzled_p_chunk(row, 2 * ks + (lane >> 4)) * 16);
+        }
+#pragma unroll
+        for (int np = 0; np < kNTilesO / 2; ++np) {
+          const int token = ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int chunk = (o_col0 + np * 16) / kChunkElems + (lane >> 4);
+          uint32_t r[4];
+          ptx::ldmatrix_x4_trans(r, kv_stage + swizzled_qk_chunk(token, chunk) * 16);
+#pragma unroll
+          for (int mo = 0; mo < kMO; ++mo) {
+            ptx::mma_bf16_16816(o_acc[mo][2 * np], a[mo], r[0], r[1]);
+            ptx::mma_bf16_16816(o_acc[mo][2 * np + 1], a[mo], r[2], r[3]);
+          }
+        }
+      }
+    }
+
+    // Epilogue: row sums over the quad, then over the token groups (through smem).
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float sum = row_sum_part[ms][h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = s_row0 + ms * 16 + (lane >> 2) + h * 8;
+        if ((lane & 3) == 0) {
+          smem.row_partial[s_token_group][row] = sum;
+          if (s_token_group == 0) smem.row_max[row] = row_max_run[ms][h];
+        }
+      }
+    }
+    __syncthreads();
+
+    const bool final_output = piece.num_splits == 1;
+#pragma unroll
+    for (int mo = 0; mo < kMO; ++mo) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = mo * 16 + (lane >> 2) + h * 8;
+        const int r = tile_row0 + row;
+        if (r >= rows_total) continue;
+        float sum = 0.f;
+#pragma unroll
+        for (int g = 0; g < Cfg::kTokenGroups; ++g) sum += smem.row_partial[g][row];
+        const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
+        const int s = r / args.heads_per_kv;
+        const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+        const int col = o_col0 + 2 * (lane & 3);
+        if (final_output) {
+          auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
+                          s * p.out_seq_stride + head * p.out_head_stride;
+#pragma unroll
+          for (int nt = 0; nt < kNTilesO; ++nt) {
+            *reinterpret_cast<uint32_t*>(out_row + col + nt * 8) = ptx::pack_bf16x2(
+                o_acc[mo][nt][h * 2] * inv_sum, o_acc[mo][nt][h * 2 + 1] * inv_sum);
+          }
+        } else {
+          const int64_t partial_row =
+              (static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) * rows_total + r;
+          float* out_row = args.partial_out + partial_row * kDimV;
+#pragma unroll
+          for (int nt = 0; nt < kNTilesO; ++nt) {
+            *reinterpret_cast<float2*>(out_row + col + nt * 8) =
+                make_float2(o_acc[mo][nt][h * 2] * inv_sum, o_acc[mo][nt][h * 2 + 1] * inv_sum);
+          }
+        }
+        if (warp == 0 && (lane & 3) == 0) {
+          const float lse = sum > 0.f ? (smem.row_max[row] + log2f(sum)) * kLn2
+                                      : (final_output ? INFINITY : -INFINITY);
+          if (final_output) {
+            p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
+                lse;
+          } else {
+            args.partial_lse[(static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) *
+                                 rows_total +
+                             r] = lse;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int kRowsPerTile>
+void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream) {
+  constexpr int kSmemBytes = sizeof(SharedStorage<kRowsPerTile>);
+  auto* kernel = &mla_decode_splitkv_mma_kernel<kRowsPerTile>;
+  // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
+  // legal during stream capture, so it is set on every launch (correct on every device).
+  MLA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  MLA_CHECK_LAUNCH("mla_decode_splitkv_mma");
+}
+
+}  // namespace mla::kernels::decode

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs ON the lent H200 (see docs/gpu.md): builds for sm_90a, runs every GPU test (ctest -L gpu),
+# the CPU tests, the demo and the decode benchmark, and leaves logs and JSON under $OUT.
+#   scripts/gpu/check.sh [full|quick]   (full: the whole benchmark sweep)
+# Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+mode="${1:-full}"
+out="${OUT:-/tmp/mla-out}"
+mkdir -p "$out"
+commit=$(cat .carry/commit 2>/dev/null || echo unknown)
+status=0
+step() { echo "== $* ($(date -u +%H:%M:%S))"; }
+
+{
+  date -u
+  echo "commit: $commit"
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.draw,power.limit,temperature.gpu --format=csv
+  nvcc --version | tail -2
+  cmake --version | head -1
+  c++ --version | head -1
+  nproc
+} >"$out/env.txt" 2>&1
+
+step "configure + build (sm_90a)"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if ! { cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
+         -DMLA_DEPS_DIR="$PWD/.carry/deps" &&
+       cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+  echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1
+fi
+grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "mla_decode" | head -40
+
+step "GPU tests"
+(cd build-gpu && ctest -L gpu --output-on-failure --timeout 600) >"$out/ctest-gpu.log" 2>&1 || status=1
+tail -25 "$out/ctest-gpu.log"
+
+step "CPU tests"
+(cd build-gpu && ctest -L cpu -j "$(nproc)" --output-on-failure -E format) >"$out/ctest-cpu.log" 2>&1 || status=1
+tail -4 "$out/ctest-cpu.log"
+
+step "demo"
+build-gpu/mla demo >"$out/demo.log" 2>&1 || status=1
+cat "$out/demo.log"
+
+step "decode benchmark ($mode)"
+bench_args=(--json "$out/bench-decode.json" --commit "$commit")
+[ "$mode" = quick ] && bench_args+=(--quick)
+build-gpu/mla bench decode "${bench_args[@]}" >"$out/bench-decode.txt" 2>/dev/null || status=1
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >>"$out/env.txt" 2>&1
+cat "$out/bench-decode.txt"
+step "done, status $status"
+exit $status

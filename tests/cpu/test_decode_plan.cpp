@@ -1,0 +1,152 @@
+// The decode plan (pure host logic, the same functions the device plan kernel and the decode
+// kernel run): every page of every sequence is covered exactly once, no part is overloaded, split
+// indices are unique and contiguous per sequence, and no block-table entry past a sequence's last
+// page is ever touched.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "mla/kernels/mla_decode_plan.h"
+
+namespace mla::kernels {
+namespace {
+
+struct PlanCheck {
+  int max_part_cost = 0;
+  int total_pieces = 0;
+};
+
+PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max_pages_per_seq) {
+  const int batch = static_cast<int>(seqlens.size());
+  const std::vector<int32_t> data =
+      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages_per_seq);
+  EXPECT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
+  const DecodePlanView plan{data.data(), batch, num_parts};
+  EXPECT_EQ(data[2], batch);
+  EXPECT_EQ(data[3], num_parts);
+
+  std::vector<std::vector<int>> page_owner(batch);  // part covering each page, -1 = none
+  std::vector<int> pages(batch);
+  int total_cost = 0;
+  for (int b = 0; b < batch; ++b) {
+    pages[b] = num_pages_of(clamp_seqlen(seqlens[b], max_pages_per_seq));
+    page_owner[b].assign(pages[b], -1);
+    total_cost += seq_cost(pages[b]);
+  }
+  std::map<int, std::set<int>> splits_of_seq;
+  std::set<int> all_splits;
+  PlanCheck result;
+  for (int part = 0; part < num_parts; ++part) {
+    PartPieceCursor cursor(plan, seqlens.data(), max_pages_per_seq, part);
+    DecodePiece piece;
+    int cost = 0;
+    int previous_seq = -1;
+    while (cursor.next(&piece)) {
+      ++result.total_pieces;
+      EXPECT_GT(piece.seq, previous_seq) << "pieces of a part are in sequence order";
+      previous_seq = piece.seq;
+      EXPECT_LT(piece.page_begin, piece.page_end);
+      EXPECT_GE(piece.page_begin, 0);
+      // Never past the last page of the sequence (so never a block-table entry it does not own).
+      EXPECT_LE(piece.page_end, pages[piece.seq]);
+      EXPECT_LE(piece.page_end, max_pages_per_seq);
+      for (int j = piece.page_begin; j < piece.page_end; ++j) {
+        EXPECT_EQ(page_owner[piece.seq][j], -1)
+            << "page " << j << " of seq " << piece.seq << " covered twice";
+        page_owner[piece.seq][j] = part;
+      }
+      EXPECT_EQ(piece.num_splits, plan.num_splits(piece.seq));
+      EXPECT_TRUE(all_splits.insert(piece.split_index).second) << "split index reused";
+      splits_of_seq[piece.seq].insert(piece.split_index);
+      cost += piece.page_end - piece.page_begin + kDecodeFixedCostPages;
+    }
+    result.max_part_cost = std::max(result.max_part_cost, cost);
+  }
+  for (int b = 0; b < batch; ++b) {
+    for (int j = 0; j < pages[b]; ++j)
+      EXPECT_NE(page_owner[b][j], -1) << "page " << j << " of seq " << b << " not covered";
+    // A sequence's split indices are exactly [split_begin, split_begin + num_splits).
+    const auto& splits = splits_of_seq[b];
+    EXPECT_EQ(static_cast<int>(splits.size()), plan.num_splits(b));
+    if (!splits.empty()) {
+      EXPECT_EQ(*splits.begin(), plan.split_begin()[b]);
+      EXPECT_EQ(*splits.rbegin(), plan.split_begin()[b] + plan.num_splits(b) - 1);
+    }
+  }
+  EXPECT_EQ(plan.total_splits(), result.total_pieces);
+  // The workspace holds batch + num_parts partial results; a plan never needs more.
+  EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
+  // Balance: no part costs more than its share plus one fixed overhead.
+  const int share = cost_per_part(total_cost, num_parts);
+  EXPECT_EQ(plan.cost_per_part(), share);
+  EXPECT_LE(result.max_part_cost, share + kDecodeFixedCostPages);
+  return result;
+}
+
+TEST(DecodePlan, UniformBatchSplitsEvenly) {
+  std::vector<int32_t> seqlens(128, 4096);
+  const PlanCheck check = check_plan(seqlens, 132, 64);
+  EXPECT_LE(check.max_part_cost,
+            (128 * (64 + kDecodeFixedCostPages) + 131) / 132 + kDecodeFixedCostPages);
+}
+
+TEST(DecodePlan, SingleLongSequenceIsSplitAcrossAllParts) {
+  std::vector<int32_t> seqlens = {131072};
+  const std::vector<int32_t> data = make_decode_plan_host(seqlens.data(), 1, 132, 2048);
+  const DecodePlanView plan{data.data(), 1, 132};
+  EXPECT_GE(plan.num_splits(0), 100);
+  check_plan(seqlens, 132, 2048);
+}
+
+TEST(DecodePlan, ZeroLengthsAndUnalignedLengths) {
+  check_plan({0, 1, 63, 64, 65, 0, 127, 128, 129, 0}, 7, 3);
+  check_plan({0, 0, 0}, 132, 1);
+  check_plan({0}, 1, 1);
+}
+
+TEST(DecodePlan, LengthsBeyondTheBlockTableAreClamped) {
+  // 1000 tokens need 16 pages but the table has 4 columns: only 4 pages may be read.
+  check_plan({1000, -5, 200}, 3, 4);
+}
+
+TEST(DecodePlan, OneLongSequenceAmongShortOnes) {
+  std::vector<int32_t> seqlens(63, 17);
+  seqlens.insert(seqlens.begin() + 20, 50000);
+  check_plan(seqlens, 132, 800);
+}
+
+TEST(DecodePlan, RandomRaggedBatches) {
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 300)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 20000)(rng);
+    const int num_parts = std::uniform_int_distribution<int>(1, 140)(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
+    check_plan(seqlens, num_parts, (max_len + 63) / 64);
+  }
+}
+
+TEST(DecodePlan, LaunchShapeTilesEveryRow) {
+  for (int s_q = 1; s_q <= 4; ++s_q) {
+    for (int h_q = 1; h_q <= 128; ++h_q) {
+      const DecodeLaunchShape shape = decode_launch_shape(s_q, h_q, 1, 132);
+      EXPECT_EQ(shape.rows_per_kv_head, s_q * h_q);
+      EXPECT_GE(shape.num_row_tiles * shape.rows_per_tile, shape.rows_per_kv_head);
+      EXPECT_LT((shape.num_row_tiles - 1) * shape.rows_per_tile, shape.rows_per_kv_head);
+      EXPECT_GE(shape.num_parts, 1);
+      EXPECT_LE(shape.num_parts * shape.num_row_tiles, 132);
+    }
+  }
+  EXPECT_EQ(decode_launch_shape(1, 16, 1, 132).rows_per_tile, 16);
+  EXPECT_EQ(decode_launch_shape(1, 32, 1, 132).rows_per_tile, 32);
+  EXPECT_EQ(decode_launch_shape(2, 128, 1, 132).num_row_tiles, 4);
+  EXPECT_EQ(decode_launch_shape(2, 128, 1, 132).num_parts, 33);
+}
+
+}  // namespace
+}  // namespace mla::kernels

@@ -1,0 +1,134 @@
+// Boundary validation of the MLA decode op (host only, no GPU needed): each bad argument is
+// rejected with a message naming it, the expected and the actual value.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "mla/kernels/mla_decode.h"
+
+namespace mla::kernels {
+namespace {
+
+// Fake device addresses: validation never dereferences them.
+template <typename T>
+T* fake_pointer(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+DecodeDeviceFacts hopper() {
+  return {9, 0, 132};
+}
+
+MlaDecodeParams valid_params() {
+  MlaDecodeParams p;
+  p.batch = 4;
+  p.seqlen_q = 2;
+  p.num_heads_q = 16;
+  p.num_heads_kv = 1;
+  p.num_pages = 100;
+  p.max_pages_per_seq = 20;
+  p.softmax_scale = 0.1147f;
+  p.causal = true;
+  p.q = fake_pointer<const bf16>(0x10000);
+  p.kv_cache = fake_pointer<const bf16>(0x20000);
+  p.block_table = fake_pointer<const int32_t>(0x30000);
+  p.seqlens = fake_pointer<const int32_t>(0x40000);
+  p.out = fake_pointer<bf16>(0x50000);
+  p.lse = fake_pointer<float>(0x60000);
+  p.num_sms = 132;
+  p.workspace = fake_pointer<void>(0x70000);
+  p.workspace_bytes = mla_decode_workspace_size(4, 2, 16, 1, 132);
+  p.set_contiguous_strides();
+  return p;
+}
+
+void expect_rejected(const std::function<void(MlaDecodeParams&)>& mutate,
+                     const std::string& expected_text, const DecodeDeviceFacts& device = hopper()) {
+  MlaDecodeParams p = valid_params();
+  mutate(p);
+  try {
+    check_mla_decode_args(p, device);
+    FAIL() << "expected an error mentioning \"" << expected_text << "\"";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(expected_text), std::string::npos)
+        << "message: " << error.what();
+  }
+}
+
+TEST(MlaDecodeArgs, ValidParamsPass) {
+  EXPECT_NO_THROW(check_mla_decode_args(valid_params(), hopper()));
+}
+
+TEST(MlaDecodeArgs, HeadDimsAndPageSize) {
+  expect_rejected([](auto& p) { p.head_dim_qk = 192; },
+                  "head_dim_qk must be 576 (kv_lora_rank 512 + rope 64), got 192");
+  expect_rejected([](auto& p) { p.head_dim_v = 128; },
+                  "head_dim_v must be 512 (kv_lora_rank), got 128");
+  expect_rejected([](auto& p) { p.page_size = 16; }, "page_size must be 64 tokens, got 16");
+}
+
+TEST(MlaDecodeArgs, HeadCounts) {
+  expect_rejected([](auto& p) { p.num_heads_q = 0; }, "num_heads_q must be a positive multiple");
+  expect_rejected([](auto& p) { p.num_heads_q = 129; },
+                  "num_heads_q / num_heads_kv must be in [1, 128], got 129 / 1 = 129");
+  expect_rejected([](auto& p) { p.num_heads_kv = 3; }, "h_q = 16, h_kv = 3");
+  expect_rejected([](auto& p) { p.seqlen_q = 0; }, "seqlen_q (s_q) must be in [1, 128], got 0");
+}
+
+TEST(MlaDecodeArgs, NullAndMisalignedPointers) {
+  expect_rejected([](auto& p) { p.q = nullptr; }, "q is null");
+  expect_rejected([](auto& p) { p.kv_cache = nullptr; }, "kv_cache is null");
+  expect_rejected([](auto& p) { p.block_table = nullptr; }, "block_table is null");
+  expect_rejected([](auto& p) { p.seqlens = nullptr; }, "seqlens is null");
+  expect_rejected([](auto& p) { p.out = nullptr; }, "out is null");
+  expect_rejected([](auto& p) { p.lse = nullptr; }, "lse is null");
+  expect_rejected([](auto& p) { p.workspace = nullptr; }, "workspace is null");
+  expect_rejected([](auto& p) { p.q = fake_pointer<const bf16>(0x10002); },
+                  "q must be 16-byte aligned");
+  expect_rejected([](auto& p) { p.kv_cache = fake_pointer<const bf16>(0x20008); },
+                  "kv_cache must be 16-byte aligned");
+  expect_rejected([](auto& p) { p.out = fake_pointer<bf16>(0x50004); },
+                  "out must be 16-byte aligned");
+  expect_rejected([](auto& p) { p.workspace = fake_pointer<void>(0x70080); },
+                  "workspace must be 256-byte aligned");
+}
+
+TEST(MlaDecodeArgs, Strides) {
+  expect_rejected([](auto& p) { p.q_head_stride = 580; },
+                  "q_head_stride must be a multiple of 8 elements");
+  expect_rejected(
+      [](auto& p) { p.kv_token_stride = 100; },
+      "kv_token_stride must be a multiple of 8 elements (16 bytes) and >= 576, got 100");
+  expect_rejected([](auto& p) { p.block_table_batch_stride = 3; },
+                  "block_table_batch_stride must be >= max_pages_per_seq (20), got 3");
+}
+
+TEST(MlaDecodeArgs, WorkspaceTooSmall) {
+  expect_rejected([](auto& p) { p.workspace_bytes -= 1; }, "workspace has");
+  // A workspace sized for a smaller batch is too small for this one.
+  expect_rejected([](auto& p) { p.workspace_bytes = mla_decode_workspace_size(1, 2, 16, 1, 132); },
+                  "needs");
+}
+
+TEST(MlaDecodeArgs, ScaleAndDevice) {
+  expect_rejected([](auto& p) { p.softmax_scale = 0.f; }, "softmax_scale must be finite and > 0");
+  expect_rejected([](auto& p) {},
+                  "needs an sm_90 GPU (H100/H200; the kernels are built for sm_90a), found sm_80",
+                  DecodeDeviceFacts{8, 0, 108});
+  expect_rejected([](auto& p) {}, "found sm_100", DecodeDeviceFacts{10, 0, 148});
+}
+
+TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
+  const size_t small = mla_decode_workspace_size(8, 1, 16, 1, 132);
+  EXPECT_GT(mla_decode_workspace_size(128, 1, 16, 1, 132), small);
+  EXPECT_GT(mla_decode_workspace_size(8, 2, 128, 1, 132), small);
+  const DecodeWorkspaceLayout layout = decode_workspace_layout(8, 1, 16, 1, 132);
+  EXPECT_EQ(layout.max_splits, 8 + 132);
+  EXPECT_EQ(layout.partial_out_offset % 256, 0u);
+  EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
+}
+
+}  // namespace
+}  // namespace mla::kernels

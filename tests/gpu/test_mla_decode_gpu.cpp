@@ -1,0 +1,295 @@
+// The MLA decode op on the GPU against the CPU reference (src/ref), on random adversarial inputs:
+// permuted block tables, NaN in every slot and page a sequence does not own, a huge sentinel id
+// in unused block-table entries, seqlen 0, lengths not multiples of 64, ragged batches, one long
+// sequence among short ones, h_q ∈ {1, 3, 16, 32, 64, 127, 128}, s_q ∈ {1..4}, causal on and off,
+// batch 1..256. Outputs are poisoned first (every element must be written), runs are repeated
+// (bit-identical), and a CUDA graph of plan + decode is replayed with changing seqlens.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "bench/gpu_decode_problem.h"
+#include "gpu_test_support.h"
+#include "mla/kernels/mla_decode.h"
+#include "ref/mla_decode_ref.h"
+#include "ref/paged_problem.h"
+
+namespace mla {
+namespace kernels {
+// Test names and failure messages print the kernel by name.
+void PrintTo(MlaDecodeKernel kernel, std::ostream* os) {
+  *os << to_string(kernel);
+}
+}  // namespace kernels
+namespace {
+
+using kernels::MlaDecodeKernel;
+
+constexpr double kMaxRelativeL2 = 3e-3;
+constexpr double kMaxLseRelative = 1e-5;
+
+struct Reference {
+  std::vector<float> out, lse;
+};
+
+Reference run_reference(const ref::PagedDecodeProblem& problem) {
+  Reference r;
+  r.out.resize(size_t(problem.batch) * problem.spec.seqlen_q * problem.spec.num_heads_q * 512);
+  r.lse.resize(size_t(problem.batch) * problem.spec.num_heads_q * problem.spec.seqlen_q);
+  ref::mla_decode(ref::ref_inputs(problem), r.out.data(), r.lse.data());
+  return r;
+}
+
+int num_sms() {
+  return cuda::current_device_info().num_sms;
+}
+
+void check_against_reference(const ref::PagedDecodeProblemSpec& spec, MlaDecodeKernel kernel,
+                             const std::string& label) {
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  const Reference want = run_reference(problem);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  const bench::DecodeOutputs got = gpu.run(nullptr, kernel);
+  const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+  EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
+  EXPECT_EQ(c.inf_mismatch, 0u) << label
+                                << ": infinite lse where the reference has none, or vice versa";
+  EXPECT_LE(c.relative_l2, kMaxRelativeL2) << label;
+  EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << label;
+  // Same inputs again: bit-identical results.
+  const bench::DecodeOutputs again = gpu.run(nullptr, kernel);
+  EXPECT_EQ(0, std::memcmp(got.out.data(), again.out.data(), got.out.size() * sizeof(float)))
+      << label << ": out differs between two runs";
+  EXPECT_EQ(0, std::memcmp(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)))
+      << label << ": lse differs between two runs";
+}
+
+std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
+  std::uniform_int_distribution<int> length(0, max_len);
+  std::vector<int32_t> seqlens(batch);
+  for (int32_t& len : seqlens) len = length(rng);
+  return seqlens;
+}
+
+class MlaDecodeGpu : public ::testing::TestWithParam<MlaDecodeKernel> {};
+
+TEST_P(MlaDecodeGpu, HeadsQueryLengthsAndCausalSweep) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(1234);
+  for (int heads : {1, 3, 16, 32, 64, 127, 128}) {
+    for (int seqlen_q : {1, 2, 3, 4}) {
+      for (bool causal : {false, true}) {
+        ref::PagedDecodeProblemSpec spec;
+        spec.num_heads_q = heads;
+        spec.seqlen_q = seqlen_q;
+        spec.causal = causal;
+        spec.seed = rng();
+        // Ragged, with an empty sequence and lengths that are not multiples of 64.
+        spec.seqlens = {0, 1, 63, 65, 200, 517, 1000};
+        spec.seqlens.resize(3 + rng() % 5);
+        std::shuffle(spec.seqlens.begin(), spec.seqlens.end(), rng);
+        check_against_reference(spec, GetParam(),
+                                fmt::format("h_q {} s_q {} causal {} seqlens [{}]", heads, seqlen_q,
+                                            causal, fmt::join(spec.seqlens, ",")));
+      }
+    }
+  }
+}
+
+TEST_P(MlaDecodeGpu, BatchSizesOneTo256) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(99);
+  for (int batch : {1, 2, 7, 32, 131, 256}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = batch % 2 == 0 ? 16 : 64;
+    spec.seqlen_q = 1 + batch % 2;
+    spec.seqlens = ragged_seqlens(batch, batch > 100 ? 300 : 1500, rng);
+    spec.q_stddev = 0.1f;
+    spec.kv_stddev = 0.1f;
+    spec.seed = rng();
+    check_against_reference(spec, GetParam(), fmt::format("batch {}", batch));
+  }
+}
+
+TEST_P(MlaDecodeGpu, OneLongSequenceAmongShortOnes) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(5);
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = ragged_seqlens(40, 100, rng);
+  spec.seqlens[17] = 30001;
+  spec.seed = 77;
+  check_against_reference(spec, GetParam(), "one of 30001 tokens among 39 short ones");
+}
+
+TEST_P(MlaDecodeGpu, SequenceOf128kTokens) {
+  MLA_REQUIRE_SM90_GPU();
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlen_q = 2;
+  spec.seqlens = {131072 + 37};
+  spec.q_stddev = 0.5f;
+  spec.kv_stddev = 0.5f;
+  spec.seed = 128;
+  check_against_reference(spec, GetParam(), "128k + 37 tokens");
+}
+
+TEST_P(MlaDecodeGpu, PeakySoftmaxFromLargeScores) {
+  MLA_REQUIRE_SM90_GPU();
+  // q and k with std 3: scores of ~±25 after scaling, so a few keys dominate each row.
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 32;
+  spec.seqlen_q = 2;
+  spec.seqlens = {4000, 129, 1, 2048};
+  spec.q_stddev = 3.f;
+  spec.kv_stddev = 3.f;
+  spec.seed = 31337;
+  check_against_reference(spec, GetParam(), "peaky softmax");
+}
+
+TEST_P(MlaDecodeGpu, SeveralKvHeads) {
+  MLA_REQUIRE_SM90_GPU();
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 32;
+  spec.num_heads_kv = 2;
+  spec.seqlen_q = 2;
+  spec.seqlens = {300, 0, 1025};
+  spec.seed = 8;
+  check_against_reference(spec, GetParam(), "h_kv 2");
+}
+
+TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
+  MLA_REQUIRE_SM90_GPU();
+  // Word for word, including batches larger than one scan chunk of the plan kernel (1024).
+  std::mt19937 rng(3);
+  for (int batch : {1, 5, 64, 1500, 3000}) {
+    for (int heads : {16, 128}) {
+      std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
+      seqlens[0] = -3;        // negative counts as empty
+      seqlens.back() = 5000;  // beyond the block table's capacity: clamped
+      const int max_pages = 3000 / 64 + 1;
+      const kernels::DecodeLaunchShape shape = kernels::decode_launch_shape(2, heads, 1, num_sms());
+      cuda::DeviceBuffer<int32_t> d_seqlens(seqlens.size());
+      d_seqlens.copy_from_host(seqlens);
+      const size_t bytes = kernels::mla_decode_workspace_size(batch, 2, heads, 1, num_sms());
+      cuda::DeviceBuffer<uint8_t> workspace(bytes);
+      kernels::MlaDecodePlanParams params;
+      params.seqlens = d_seqlens.data();
+      params.batch = batch;
+      params.seqlen_q = 2;
+      params.num_heads_q = heads;
+      params.num_sms = num_sms();
+      params.max_pages_per_seq = max_pages;
+      params.workspace = workspace.data();
+      params.workspace_bytes = bytes;
+      kernels::launch_mla_decode_plan(params, nullptr);
+      const std::vector<int32_t> want =
+          kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages);
+      std::vector<int32_t> got(want.size());
+      MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads;
+    }
+  }
+}
+
+TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
+  MLA_REQUIRE_SM90_GPU();
+  // Capacity for 2000 tokens per sequence; every replay uses new lengths within it.
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 64;
+  spec.seqlen_q = 2;
+  spec.seqlens = {2000, 2000, 2000, 2000, 2000, 2000};
+  spec.seed = 4242;
+  ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  cudaStream_t stream;
+  MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = GetParam();
+  cudaGraph_t graph;
+  MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  kernels::launch_mla_decode_plan(gpu.plan_params(), stream);
+  kernels::launch_mla_decode(params, stream);
+  MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  std::mt19937 rng(11);
+  for (int replay = 0; replay < 5; ++replay) {
+    std::vector<int32_t> seqlens = ragged_seqlens(6, 2000, rng);
+    if (replay == 2) seqlens = {0, 0, 0, 0, 0, 1};
+    if (replay == 3) seqlens = {2000, 1, 2000, 64, 2000, 1999};
+    gpu.set_seqlens(seqlens, stream);
+    gpu.poison_outputs(stream);
+    MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    const bench::DecodeOutputs got = gpu.fetch(stream);
+    ref::PagedDecodeProblem current = problem;
+    current.seqlens = seqlens;
+    const Reference want = run_reference(current);
+    const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+    EXPECT_EQ(c.nan_count, 0u) << "replay " << replay;
+    EXPECT_EQ(c.inf_mismatch, 0u) << "replay " << replay;
+    EXPECT_LE(c.relative_l2, kMaxRelativeL2) << "replay " << replay;
+    EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << "replay " << replay;
+  }
+  MLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MLA_CUDA_CHECK(cudaGraphDestroy(graph));
+  MLA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_P(MlaDecodeGpu, NonContiguousStrides) {
+  MLA_REQUIRE_SM90_GPU();
+  // The same problem through padded q rows and a padded output: strides are honoured.
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlen_q = 2;
+  spec.seqlens = {700, 129};
+  spec.seed = 21;
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  const Reference want = run_reference(problem);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = GetParam();
+  constexpr int kPadQ = 64, kPadOut = 128;
+  const int rows = problem.batch * spec.seqlen_q * spec.num_heads_q;
+  std::vector<bf16> q_padded(size_t(rows) * (576 + kPadQ), float_to_bf16(NAN));
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(&q_padded[size_t(r) * (576 + kPadQ)], &problem.q[size_t(r) * 576],
+                576 * sizeof(bf16));
+  cuda::DeviceBuffer<bf16> q(q_padded.size()), out(size_t(rows) * (512 + kPadOut));
+  q.copy_from_host(q_padded);
+  MLA_CUDA_CHECK(cudaMemset(out.data(), 0xff, out.bytes()));
+  params.q = q.data();
+  params.q_head_stride = 576 + kPadQ;
+  params.q_seq_stride = params.q_head_stride * spec.num_heads_q;
+  params.q_batch_stride = params.q_seq_stride * spec.seqlen_q;
+  params.out = out.data();
+  params.out_head_stride = 512 + kPadOut;
+  params.out_seq_stride = params.out_head_stride * spec.num_heads_q;
+  params.out_batch_stride = params.out_seq_stride * spec.seqlen_q;
+  kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
+  kernels::launch_mla_decode(params, nullptr);
+  const std::vector<bf16> out_padded = out.to_host();
+  std::vector<float> got(size_t(rows) * 512);
+  for (int r = 0; r < rows; ++r)
+    for (int d = 0; d < 512; ++d)
+      got[size_t(r) * 512 + d] = bf16_to_float(out_padded[size_t(r) * (512 + kPadOut) + d]);
+  const bench::DecodeOutputs lse_only = gpu.fetch(nullptr);
+  const testing::Comparison c = testing::compare_decode(got, want.out, lse_only.lse, want.lse);
+  EXPECT_EQ(c.nan_count, 0u);
+  EXPECT_LE(c.relative_l2, kMaxRelativeL2);
+  EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeGpu, ::testing::Values(MlaDecodeKernel::kBaseline),
+                         [](const auto& info) {
+                           return std::string(kernels::to_string(info.param));
+                         });
+
+}  // namespace
+}  // namespace mla

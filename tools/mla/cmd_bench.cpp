@@ -1,0 +1,112 @@
+// `mla bench decode`: the decode kernel sweep with the same run's ceilings (see bench/).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "tools/mla/commands.h"
+#if MLA_WITH_CUDA
+#include "bench/ceilings.h"
+#include "bench/decode_bench.h"
+#include "bench/decode_report.h"
+#include "cuda/device.h"
+#endif
+
+namespace mla::tools {
+namespace {
+
+struct BenchDecodeOptions {
+  bool quick = false;
+  int runs = 30;
+  std::string json_path;
+  std::string flashmla_ref = MLA_SOURCE_DIR "/bench/reference/flashmla-h200.json";
+  std::string commit = "unknown";
+  std::string kernel = "all";
+};
+
+void run_bench_decode(const BenchDecodeOptions& options) {
+#if MLA_WITH_CUDA
+  if (cuda::device_count() == 0)
+    throw_error(
+        "`mla bench decode` needs a CUDA GPU and none was found (try `mla demo` on the CPU)");
+  const cuda::DeviceInfo device = cuda::current_device_info();
+  fmt::print("GPU: {}, SM clock max {} MHz, memory clock {} MHz\n", cuda::describe(device),
+             device.sm_clock_khz / 1000, device.memory_clock_khz / 1000);
+  if (device.compute_major != 9)
+    throw_error("the decode kernels need an sm_90 GPU (H100/H200); found sm_{}{}",
+                device.compute_major, device.compute_minor);
+
+  bench::DecodeBenchOptions bench_options;
+  bench_options.quick = options.quick;
+  bench_options.runs = options.quick ? std::min(options.runs, 10) : options.runs;
+  if (options.kernel != "all" && options.kernel != "baseline")
+    throw_error("--kernel must be one of: all, baseline; got '{}'", options.kernel);
+
+  std::unique_ptr<bench::FlashMlaReference> reference;
+  if (!options.flashmla_ref.empty()) {
+    reference = std::make_unique<bench::FlashMlaReference>(
+        bench::load_flashmla_reference(options.flashmla_ref));
+    fmt::print("FlashMLA reference: {} ({}, {}, FlashMLA {})\n", options.flashmla_ref,
+               reference->gpu, reference->date, reference->commit.substr(0, 12));
+  }
+
+  fmt::print("Measuring ceilings (device-to-device copy, cuBLAS bf16 8192³ GEMM)...\n");
+  const bench::Ceilings ceilings = bench::measure_ceilings(nullptr, options.quick ? 10 : 20);
+  fmt::print("Ceilings (this run): copy {:.0f} GB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n\n",
+             ceilings.copy_gbps, ceilings.gemm_tflops);
+
+  fmt::print("{}\n", bench::decode_table_header());
+  const std::vector<bench::DecodeBenchRow> rows =
+      bench::run_decode_bench(bench_options, ceilings, reference.get(), nullptr,
+                              [](size_t done, size_t total, const bench::DecodeBenchRow& row) {
+                                fmt::print("{}\n", bench::decode_table_line(row));
+                                std::fprintf(stderr, "[%zu/%zu]\r", done, total);
+                                std::fflush(stdout);
+                              });
+  std::fprintf(stderr, "\n");
+  bench::print_decode_summary(stdout, rows);
+  fmt::print(
+      "× FlashMLA = FlashMLA's H200 time (reference file, not this run) / ours: above 1 is "
+      "faster.\n");
+
+  if (!options.json_path.empty()) {
+    bench::BenchRunInfo info;
+    info.gpu = cuda::describe(device);
+    info.date = bench::utc_now_iso8601();
+    info.commit = options.commit;
+    if (reference)
+      info.flashmla_reference = fmt::format("{} ({}, FlashMLA {})", options.flashmla_ref,
+                                            reference->date, reference->commit);
+    std::ofstream file(options.json_path);
+    if (!file) throw_error("cannot write {}", options.json_path);
+    file << bench::decode_bench_json(info, ceilings, rows).dump(1) << "\n";
+    fmt::print("wrote {}\n", options.json_path);
+  }
+#else
+  throw_error(
+      "this build has no CUDA, so there is nothing to benchmark (configure with nvcc on PATH)");
+#endif
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (GPU)");
+  bench->require_subcommand(1);
+  auto options = std::make_shared<BenchDecodeOptions>();
+  CLI::App* decode = bench->add_subcommand(
+      "decode", "MLA decode kernel sweep vs the measured ceilings and FlashMLA");
+  decode->add_flag("--quick", options->quick, "A few representative rows, fewer runs");
+  decode->add_option("--runs", options->runs, "Timed runs per row (median reported)")
+      ->check(CLI::Range(1, 1000));
+  decode->add_option("--json", options->json_path, "Also write the results as JSON to this file");
+  decode->add_option("--flashmla-ref", options->flashmla_ref,
+                     "FlashMLA reference times (JSON); empty for none");
+  decode->add_option("--commit", options->commit, "Commit id recorded in the JSON");
+  decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline");
+  decode->callback([options] { run_bench_decode(*options); });
+}
+
+}  // namespace mla::tools

@@ -1,0 +1,12 @@
+// The subcommands of the `mla` program; each registers its CLI11 options and runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mla::tools {
+
+void add_demo_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace mla::tools
