@@ -27,6 +27,7 @@ inline constexpr int kKSteps = kDimQK / 16;                 // 36 k16 steps for 
 inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O per warp
 inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
 inline constexpr int kPlanThreads = 1024;
+inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);
 static_assert(kChunksQK % 8 == 0, "the (row & 7) swizzle permutes chunks within groups of 8");

@@ -21,4 +21,7 @@ struct DecodeKernelArgs {
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream);
 
+// Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
+void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream);
+
 }  // namespace mla::kernels::decode

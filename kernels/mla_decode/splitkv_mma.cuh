@@ -18,8 +18,6 @@
 
 namespace mla::kernels::decode {
 
-inline constexpr float kLn2 = 0.69314718055994530942f;
-
 __device__ __forceinline__ uint32_t swizzled_qk_chunk(int row, int chunk) {
   return static_cast<uint32_t>(row * kChunksQK + (chunk ^ (row & 7)));
 }

@@ -25,8 +25,10 @@
 
 namespace mla::kernels {
 
-// Which decode kernel runs. kBaseline: split-KV with mma.sync tensor cores and a cp.async pipeline.
-enum class MlaDecodeKernel { kBaseline };
+// Which decode kernel runs. All are split-KV over the plan with a two-stage cp.async page pipeline:
+// kSplitKvMma uses mma.sync tiles of 16/32/64 rows, kSplitKvWgmma wgmma tiles of 64 rows, and
+// kBaseline picks per shape between the two (mma.sync for tiles of at most 16 rows, wgmma above).
+enum class MlaDecodeKernel { kBaseline, kSplitKvMma, kSplitKvWgmma };
 const char* to_string(MlaDecodeKernel kernel);
 
 struct MlaDecodePlanParams {

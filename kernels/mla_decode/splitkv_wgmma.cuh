@@ -1,0 +1,279 @@
+// Split-KV MLA decode with Hopper warpgroup MMA (wgmma, sm_90a): 64-row query tiles, two
+// warpgroups, a two-stage cp.async page pipeline. Included only by instantiations/wgmma.cu.
+//
+// Per 64-token page, warpgroup g (of 2):
+//   S[:, 32g:32g+32] = Q · K[32g:32g+32]ᵀ   36 × wgmma m64n32k16, both operands from smem;
+//   softmax          row maxima exchanged through smem, P (bf16) → smem;
+//   O[:, 256g:+256] += P · V[:, 256g:+256]  4 × wgmma m64n256k16, V read MN-major (transposed).
+// A thread's S rows and O rows are the same two rows (wgmma's accumulator layout), so the
+// rescale factors never leave registers. Tiles live in shared memory as 64-column blocks of
+// 64 rows × 128 B with the 128-byte swizzle (16-byte chunk ^= row & 7), the layout wgmma's
+// descriptors describe; cp.async writes them directly. Tokens past a sequence's end are
+// zero-filled (never read), as in the mma.sync kernel.
+#pragma once
+
+#include <cmath>
+
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
+#include "cuda/check.h"
+#include "mla_decode/config.h"
+#include "mla_decode/kernel_args.h"
+
+namespace mla::kernels::decode {
+
+inline constexpr int kWgmmaRows = 64;                      // rows per tile (wgmma M)
+inline constexpr int kWgmmaBlockBytes = kWgmmaRows * 128;  // one 64-column block of a tile
+inline constexpr int kWgmmaTileBytes = kChunksQK / 8 * kWgmmaBlockBytes;  // 9 blocks: 73,728 B
+inline constexpr int kWgmmaTokensPerGroup = kPageTokens / 2;              // S columns per warpgroup
+inline constexpr int kWgmmaColsPerGroup = kDimV / 2;                      // O columns per warpgroup
+static_assert(kPageTokens == kWgmmaRows, "a page and a query tile share the 64-row layout");
+
+struct WgmmaSharedStorage {
+  alignas(1024) uint8_t q[kWgmmaTileBytes];
+  alignas(1024) uint8_t kv[kStages][kWgmmaTileBytes];
+  alignas(1024) uint8_t p[kWgmmaBlockBytes];  // [64 rows][64 tokens] bf16, one block
+  float row_partial[2][kWgmmaRows];           // per-warpgroup row maxima, then row sums
+};
+static_assert(sizeof(WgmmaSharedStorage) <= 227 * 1024);
+
+// Byte offset of 16-byte chunk `chunk` (0..71) of row `row` (0..63) in a swizzled tile.
+__device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
+  return (chunk >> 3) * kWgmmaBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<WgmmaSharedStorage*>(smem_raw);
+
+  const MlaDecodeParams& p = args.params;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int group = tid / 128;  // warpgroup 0 or 1
+  const int warp_in_group = (tid / 32) % 4;
+  const int kv_head = blockIdx.y / args.shape.num_row_tiles;
+  const int tile_row0 = (blockIdx.y % args.shape.num_row_tiles) * kWgmmaRows;
+  const int rows_total = args.shape.rows_per_kv_head;
+  // The two accumulator rows of this thread (both for S and for O).
+  const int my_rows[2] = {warp_in_group * 16 + lane / 4, warp_in_group * 16 + lane / 4 + 8};
+
+  const uint32_t q_smem = ptx::smem_address(smem.q);
+  const uint32_t kv_smem0 = ptx::smem_address(smem.kv[0]);
+  const uint32_t p_smem = ptx::smem_address(smem.p);
+  if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
+
+  const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
+  const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
+
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+  DecodePiece piece;
+  while (cursor.next(&piece)) {
+    const int batch_index = piece.seq;
+
+    for (int c = tid; c < kWgmmaRows * kChunksQK; c += kThreads) {
+      const int row = c / kChunksQK;
+      const int chunk = c % kChunksQK;
+      const int r = tile_row0 + row;
+      const bool valid = r < rows_total;
+      const int s = r / args.heads_per_kv;
+      const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+      const uint16_t* src = valid ? q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride +
+                                        head * p.q_head_stride + chunk * kChunkElems
+                                  : q_global;
+      ptx::cp_async_16(q_smem + wgmma_tile_offset(row, chunk), src, valid ? 16 : 0);
+    }
+
+    const int32_t* page_ids = p.block_table + batch_index * p.block_table_batch_stride;
+    auto load_page = [&](int page, int stage) {
+      const uint16_t* page_base = kv_global +
+                                  static_cast<int64_t>(page_ids[page]) * p.kv_page_stride +
+                                  kv_head * p.kv_head_stride;
+      const int tokens_valid = piece.seqlen - page * kPageTokens;
+      const uint32_t stage_smem = kv_smem0 + stage * kWgmmaTileBytes;
+      for (int c = tid; c < kPageTokens * kChunksQK; c += kThreads) {
+        const int token = c / kChunksQK;
+        const int chunk = c % kChunksQK;
+        const bool valid = token < tokens_valid;
+        const uint16_t* src =
+            valid ? page_base + token * p.kv_token_stride + chunk * kChunkElems : kv_global;
+        ptx::cp_async_16(stage_smem + wgmma_tile_offset(token, chunk), src, valid ? 16 : 0);
+      }
+    };
+    load_page(piece.page_begin, 0);
+    ptx::cp_async_commit();
+
+    float row_max_run[2], row_sum_part[2];
+    int row_last_key[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max_run[h] = -INFINITY;
+      row_sum_part[h] = 0.f;
+      const int r = tile_row0 + my_rows[h];
+      const int s = r / args.heads_per_kv;
+      const int last = piece.seqlen - 1 - (p.causal ? p.seqlen_q - 1 - s : 0);
+      row_last_key[h] = r < rows_total ? last : -1;
+    }
+    float o_acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
+
+    for (int page = piece.page_begin; page < piece.page_end; ++page) {
+      const int stage = (page - piece.page_begin) & 1;
+      ptx::cp_async_wait_all();
+      wgmma::fence_proxy_async_shared();
+      __syncthreads();  // page visible to all (and to wgmma); the other stage is free
+      if (page + 1 < piece.page_end) {
+        load_page(page + 1, stage ^ 1);
+        ptx::cp_async_commit();
+      }
+      const uint32_t kv_stage = kv_smem0 + stage * kWgmmaTileBytes;
+
+      // S = Q · Kᵀ over this warpgroup's 32 tokens.
+      float s_acc[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_acc[i] = 0.f;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        const uint32_t k_offset = (kk / 4) * kWgmmaBlockBytes + (kk % 4) * 32;
+        const uint64_t desc_q = wgmma::smem_descriptor(q_smem + k_offset, 0, 1024);
+        const uint64_t desc_k = wgmma::smem_descriptor(
+            kv_stage + k_offset + group * kWgmmaTokensPerGroup * 128, 0, 1024);
+        wgmma::mma_m64n32k16_bf16(s_acc, desc_q, desc_k);
+      }
+      wgmma::commit_group();
+      wgmma::wait_group<0>();
+
+      // Scale to base 2, mask, publish this warpgroup's row maxima.
+      const int key0 = page * kPageTokens + group * kWgmmaTokensPerGroup + 2 * (lane & 3);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float partial_max = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s_acc[4 * j + 2 * h + e];
+            x = key0 + 8 * j + e <= row_last_key[h] ? x * args.scale_log2 : -INFINITY;
+            partial_max = fmaxf(partial_max, x);
+          }
+        }
+        partial_max = fmaxf(partial_max, __shfl_xor_sync(0xffffffffu, partial_max, 1));
+        partial_max = fmaxf(partial_max, __shfl_xor_sync(0xffffffffu, partial_max, 2));
+        if ((lane & 3) == 0) smem.row_partial[group][my_rows[h]] = partial_max;
+      }
+      __syncthreads();
+
+      // Online softmax; P → smem (bf16, swizzled like a tile block); O rescaled in registers.
+      float alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = my_rows[h];
+        const float page_max = fmaxf(smem.row_partial[0][row], smem.row_partial[1][row]);
+        const float new_max = fmaxf(row_max_run[h], page_max);
+        const float subtract = new_max == -INFINITY ? 0.f : new_max;
+        alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract);
+        row_max_run[h] = new_max;
+        float sum = row_sum_part[h] * alpha[h];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float p0 = ptx::fast_exp2(s_acc[4 * j + 2 * h] - subtract);
+          const float p1 = ptx::fast_exp2(s_acc[4 * j + 2 * h + 1] - subtract);
+          sum += p0 + p1;
+          const int chunk = (group * kWgmmaTokensPerGroup + 8 * j) / kChunkElems;
+          const uint32_t offset = row * 128 + (((chunk & 7) ^ (row & 7)) << 4) + (lane & 3) * 4;
+          *reinterpret_cast<uint32_t*>(smem.p + offset) = ptx::pack_bf16x2(p0, p1);
+        }
+        row_sum_part[h] = sum;
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o_acc[4 * i + 0] *= alpha[0];
+        o_acc[4 * i + 1] *= alpha[0];
+        o_acc[4 * i + 2] *= alpha[1];
+        o_acc[4 * i + 3] *= alpha[1];
+      }
+      wgmma::fence_proxy_async_shared();
+      __syncthreads();  // P complete
+
+      // O += P · V for this warpgroup's 256 columns (4 blocks of 64).
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kPageTokens / 16; ++ks) {
+        const uint64_t desc_p = wgmma::smem_descriptor(p_smem + ks * 32, 0, 1024);
+        const uint64_t desc_v = wgmma::smem_descriptor(
+            kv_stage + group * (kWgmmaColsPerGroup / 64) * kWgmmaBlockBytes + ks * 16 * 128,
+            kWgmmaBlockBytes, 1024);
+        wgmma::mma_m64n256k16_bf16_b_mn_major(o_acc, desc_p, desc_v);
+      }
+      wgmma::commit_group();
+      wgmma::wait_group<0>();
+    }
+
+    // Epilogue: row sums over the quad and both warpgroups.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum_part[h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if ((lane & 3) == 0) smem.row_partial[group][my_rows[h]] = sum;
+    }
+    __syncthreads();
+
+    const bool final_output = piece.num_splits == 1;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = my_rows[h];
+      const int r = tile_row0 + row;
+      if (r >= rows_total) continue;
+      const float sum = smem.row_partial[0][row] + smem.row_partial[1][row];
+      const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
+      const int s = r / args.heads_per_kv;
+      const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+      const int col0 = group * kWgmmaColsPerGroup + 2 * (lane & 3);
+      if (final_output) {
+        auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
+                        s * p.out_seq_stride + head * p.out_head_stride;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          *reinterpret_cast<uint32_t*>(out_row + col0 + 8 * i) =
+              ptx::pack_bf16x2(o_acc[4 * i + 2 * h] * inv_sum, o_acc[4 * i + 2 * h + 1] * inv_sum);
+        }
+      } else {
+        const int64_t partial_row =
+            (static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) * rows_total + r;
+        float* out_row = args.partial_out + partial_row * kDimV;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          *reinterpret_cast<float2*>(out_row + col0 + 8 * i) =
+              make_float2(o_acc[4 * i + 2 * h] * inv_sum, o_acc[4 * i + 2 * h + 1] * inv_sum);
+        }
+      }
+      if (group == 0 && (lane & 3) == 0) {
+        const float lse = sum > 0.f ? (row_max_run[h] + log2f(sum)) * kLn2
+                                    : (final_output ? INFINITY : -INFINITY);
+        if (final_output) {
+          p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] = lse;
+        } else {
+          args.partial_lse[(static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) *
+                               rows_total +
+                           r] = lse;
+        }
+      }
+    }
+  }
+}
+
+void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream) {
+  constexpr int kSmemBytes = sizeof(WgmmaSharedStorage);
+  MLA_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_splitkv_wgmma_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
+  const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
+  mla_decode_splitkv_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  MLA_CHECK_LAUNCH("mla_decode_splitkv_wgmma");
+}
+
+}  // namespace mla::kernels::decode
