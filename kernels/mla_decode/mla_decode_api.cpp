@@ -87,10 +87,6 @@ const char* to_string(MlaDecodeKernel kernel) {
   switch (kernel) {
     case MlaDecodeKernel::kBaseline:
       return "baseline";
-    case MlaDecodeKernel::kSplitKvMma:
-      return "mma";
-    case MlaDecodeKernel::kSplitKvWgmma:
-      return "wgmma";
   }
   return "unknown";
 }
@@ -220,19 +216,12 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
 
-  const bool use_wgmma =
-      params.kernel == MlaDecodeKernel::kSplitKvWgmma ||
-      (params.kernel == MlaDecodeKernel::kBaseline && args.shape.rows_per_tile > 16);
-  if (use_wgmma) {
+  if (args.shape.rows_per_tile == 16) {
+    decode::launch_splitkv_mma<16>(args, stream);
+  } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
     decode::launch_splitkv_wgmma(args, stream);
-  } else if (args.shape.rows_per_tile == 16) {
-    decode::launch_splitkv_mma<16>(args, stream);
-  } else if (args.shape.rows_per_tile == 32) {
-    decode::launch_splitkv_mma<32>(args, stream);
-  } else {
-    decode::launch_splitkv_mma<64>(args, stream);
   }
   decode::launch_combine_kernel(args, stream);
 }

@@ -15,6 +15,7 @@
 #include "cuda/check.h"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
+#include "mla_decode/tile_loader.cuh"
 
 namespace mla::kernels::decode {
 
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
   const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
+  const TileLoader<kChunksQK * 16, 128> loader(tid);
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
@@ -66,17 +68,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int batch_index = piece.seq;
 
     // Queries of this tile → smem (rows past the kv head's last row are zero-filled).
-    for (int c = tid; c < kRowsPerTile * kChunksQK; c += kThreads) {
-      const int row = c / kChunksQK;
-      const int chunk = c % kChunksQK;
-      const int r = tile_row0 + row;
-      const bool valid = r < rows_total;
+    if (loader.row < kRowsPerTile) {
+      const int r = tile_row0 + loader.row;
       const int s = r / args.heads_per_kv;
       const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
-      const uint16_t* src = valid ? q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride +
-                                        head * p.q_head_stride + chunk * kChunkElems
-                                  : q_global;
-      ptx::cp_async_16(q_smem + swizzled_qk_chunk(row, chunk) * 16, src, valid ? 16 : 0);
+      loader.copy_row(
+          q_smem,
+          q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride + head * p.q_head_stride,
+          r < rows_total, q_global);
     }
 
     const int32_t* page_ids = p.block_table + batch_index * p.block_table_batch_stride;
@@ -84,16 +83,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint16_t* page_base = kv_global +
                                   static_cast<int64_t>(page_ids[page]) * p.kv_page_stride +
                                   kv_head * p.kv_head_stride;
-      const int tokens_valid = piece.seqlen - page * kPageTokens;
-      for (int c = tid; c < kPageTokens * kChunksQK; c += kThreads) {
-        const int token = c / kChunksQK;
-        const int chunk = c % kChunksQK;
-        const bool valid = token < tokens_valid;
-        const uint16_t* src =
-            valid ? page_base + token * p.kv_token_stride + chunk * kChunkElems : kv_global;
-        ptx::cp_async_16(kv_smem0 + stage * kStageBytes + swizzled_qk_chunk(token, chunk) * 16, src,
-                         valid ? 16 : 0);
-      }
+      const int token = loader.row;
+      loader.copy_row(kv_smem0 + stage * kStageBytes, page_base + token * p.kv_token_stride,
+                      token < piece.seqlen - page * kPageTokens, kv_global);
     };
     load_page(piece.page_begin, 0);
     ptx::cp_async_commit();

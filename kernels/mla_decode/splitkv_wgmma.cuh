@@ -19,6 +19,7 @@
 #include "cuda/check.h"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
+#include "mla_decode/tile_loader.cuh"
 
 namespace mla::kernels::decode {
 
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
   const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
+  const TileLoader<128, kWgmmaBlockBytes> loader(tid);
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
@@ -72,17 +74,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   while (cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
-    for (int c = tid; c < kWgmmaRows * kChunksQK; c += kThreads) {
-      const int row = c / kChunksQK;
-      const int chunk = c % kChunksQK;
-      const int r = tile_row0 + row;
-      const bool valid = r < rows_total;
+    {
+      const int r = tile_row0 + loader.row;
       const int s = r / args.heads_per_kv;
       const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
-      const uint16_t* src = valid ? q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride +
-                                        head * p.q_head_stride + chunk * kChunkElems
-                                  : q_global;
-      ptx::cp_async_16(q_smem + wgmma_tile_offset(row, chunk), src, valid ? 16 : 0);
+      loader.copy_row(
+          q_smem,
+          q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride + head * p.q_head_stride,
+          r < rows_total, q_global);
     }
 
     const int32_t* page_ids = p.block_table + batch_index * p.block_table_batch_stride;
@@ -90,16 +89,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint16_t* page_base = kv_global +
                                   static_cast<int64_t>(page_ids[page]) * p.kv_page_stride +
                                   kv_head * p.kv_head_stride;
-      const int tokens_valid = piece.seqlen - page * kPageTokens;
-      const uint32_t stage_smem = kv_smem0 + stage * kWgmmaTileBytes;
-      for (int c = tid; c < kPageTokens * kChunksQK; c += kThreads) {
-        const int token = c / kChunksQK;
-        const int chunk = c % kChunksQK;
-        const bool valid = token < tokens_valid;
-        const uint16_t* src =
-            valid ? page_base + token * p.kv_token_stride + chunk * kChunkElems : kv_global;
-        ptx::cp_async_16(stage_smem + wgmma_tile_offset(token, chunk), src, valid ? 16 : 0);
-      }
+      const int token = loader.row;
+      loader.copy_row(kv_smem0 + stage * kWgmmaTileBytes, page_base + token * p.kv_token_stride,
+                      token < piece.seqlen - page * kPageTokens, kv_global);
     };
     load_page(piece.page_begin, 0);
     ptx::cp_async_commit();

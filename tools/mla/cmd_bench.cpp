@@ -41,18 +41,10 @@ void run_bench_decode(const BenchDecodeOptions& options) {
   bench::DecodeBenchOptions bench_options;
   bench_options.quick = options.quick;
   bench_options.runs = options.quick ? std::min(options.runs, 10) : options.runs;
-  using kernels::MlaDecodeKernel;
-  if (options.kernel == "all") {
-    bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kSplitKvMma,
-                             MlaDecodeKernel::kSplitKvWgmma};
-  } else if (options.kernel == "baseline") {
-    bench_options.kernels = {MlaDecodeKernel::kBaseline};
-  } else if (options.kernel == "mma") {
-    bench_options.kernels = {MlaDecodeKernel::kSplitKvMma};
-  } else if (options.kernel == "wgmma") {
-    bench_options.kernels = {MlaDecodeKernel::kSplitKvWgmma};
+  if (options.kernel == "all" || options.kernel == "baseline") {
+    bench_options.kernels = {kernels::MlaDecodeKernel::kBaseline};
   } else {
-    throw_error("--kernel must be one of: all, baseline, mma, wgmma; got '{}'", options.kernel);
+    throw_error("--kernel must be one of: all, baseline; got '{}'", options.kernel);
   }
 
   std::unique_ptr<bench::FlashMlaReference> reference;
@@ -116,7 +108,7 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--flashmla-ref", options->flashmla_ref,
                      "FlashMLA reference times (JSON); empty for none");
   decode->add_option("--commit", options->commit, "Commit id recorded in the JSON");
-  decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline, mma, wgmma");
+  decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline");
   decode->callback([options] { run_bench_decode(*options); });
 }
 

@@ -25,10 +25,10 @@
 
 namespace mla::kernels {
 
-// Which decode kernel runs. All are split-KV over the plan with a two-stage cp.async page pipeline:
-// kSplitKvMma uses mma.sync tiles of 16/32/64 rows, kSplitKvWgmma wgmma tiles of 64 rows, and
-// kBaseline picks per shape between the two (mma.sync for tiles of at most 16 rows, wgmma above).
-enum class MlaDecodeKernel { kBaseline, kSplitKvMma, kSplitKvWgmma };
+// Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage cp.async page
+// pipeline; mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row
+// tiles above (see docs/kernels/mla_decode.md for the measurements behind the split).
+enum class MlaDecodeKernel { kBaseline };
 const char* to_string(MlaDecodeKernel kernel);
 
 struct MlaDecodePlanParams {

@@ -1,6 +1,0 @@
-// Baseline MLA decode kernel, tiles of 32 query rows.
-#include "mla_decode/splitkv_mma.cuh"
-
-namespace mla::kernels::decode {
-template void launch_splitkv_mma<32>(const DecodeKernelArgs& args, cudaStream_t stream);
-}  // namespace mla::kernels::decode
