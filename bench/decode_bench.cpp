@@ -95,7 +95,9 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
                                              cudaStream_t stream,
                                              const ProgressCallback& progress) {
   const int num_sms = cuda::current_device_info().num_sms;
-  const std::vector<DecodeBenchCase> cases = decode_bench_sweep(options.quick);
+  const std::vector<DecodeBenchCase> cases = options.only
+                                                 ? std::vector<DecodeBenchCase>{*options.only}
+                                                 : decode_bench_sweep(options.quick);
   const size_t total = cases.size() * options.kernels.size();
   EventTimer timer(stream);
   std::vector<DecodeBenchRow> rows;

@@ -46,6 +46,7 @@ struct DecodeBenchRow {
 
 struct DecodeBenchOptions {
   bool quick = false;
+  std::optional<DecodeBenchCase> only;  // run this one configuration instead of the sweep
   int runs = 30;
   std::vector<kernels::MlaDecodeKernel> kernels = {kernels::MlaDecodeKernel::kBaseline};
   std::string flashmla_reference_path;  // empty: no reference column

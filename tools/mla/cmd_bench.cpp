@@ -1,6 +1,7 @@
 // `mla bench decode`: the decode kernel sweep with the same run's ceilings (see bench/).
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@ struct BenchDecodeOptions {
   std::string flashmla_ref = MLA_SOURCE_DIR "/bench/reference/flashmla-h200.json";
   std::string commit = "unknown";
   std::string kernel = "all";
+  std::string only;  // "b,s_q,h_q,s_k" (s_k 0 = varlen)
 };
 
 void run_bench_decode(const BenchDecodeOptions& options) {
@@ -45,6 +47,17 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.kernels = {kernels::MlaDecodeKernel::kBaseline};
   } else {
     throw_error("--kernel must be one of: all, baseline; got '{}'", options.kernel);
+  }
+
+  if (!options.only.empty()) {
+    bench::DecodeBenchCase only;
+    if (std::sscanf(options.only.c_str(), "%d,%d,%d,%d", &only.batch, &only.seqlen_q,
+                    &only.num_heads_q, &only.seqlen_k) != 4 ||
+        only.batch < 1 || only.seqlen_q < 1 || only.num_heads_q < 1 || only.seqlen_k < 0)
+      throw_error("--only wants b,s_q,h_q,s_k (s_k 0 for lengths uniform in [1, 8192]), got '{}'",
+                  options.only);
+    only.varlen = only.seqlen_k == 0;
+    bench_options.only = only;
   }
 
   std::unique_ptr<bench::FlashMlaReference> reference;
@@ -108,6 +121,8 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--flashmla-ref", options->flashmla_ref,
                      "FlashMLA reference times (JSON); empty for none");
   decode->add_option("--commit", options->commit, "Commit id recorded in the JSON");
+  decode->add_option("--only", options->only,
+                     "One configuration b,s_q,h_q,s_k instead of the sweep");
   decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline");
   decode->callback([options] { run_bench_decode(*options); });
 }
