@@ -29,6 +29,23 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// Waits until at most kPending of this thread's most recent cp.async groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Programmatic dependent launch: let the next kernel in the stream start launching now; it still
+// waits (griddepcontrol.wait) for this grid's completion before reading what this grid wrote.
+__device__ __forceinline__ void launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// In a kernel launched with programmatic stream serialization: wait for the preceding grid.
+__device__ __forceinline__ void wait_for_preceding_grid() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 // Four 8×8 b16 matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -14,7 +14,7 @@ namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, cudaStream_t stream);
-void launch_combine_kernel(const DecodeKernelArgs& args, cudaStream_t stream);
+void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream);
 }  // namespace decode
 
 namespace {
@@ -87,6 +87,8 @@ const char* to_string(MlaDecodeKernel kernel) {
   switch (kernel) {
     case MlaDecodeKernel::kBaseline:
       return "baseline";
+    case MlaDecodeKernel::kFast:
+      return "fast";
   }
   return "unknown";
 }
@@ -216,14 +218,23 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
 
+  const bool fast = params.kernel == MlaDecodeKernel::kFast;
   if (args.shape.rows_per_tile == 16) {
-    decode::launch_splitkv_mma<16>(args, stream);
+    if (fast) {
+      decode::launch_splitkv_mma<16, true>(args, stream);
+    } else {
+      decode::launch_splitkv_mma<16, false>(args, stream);
+    }
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    decode::launch_splitkv_wgmma(args, stream);
+    if (fast) {
+      decode::launch_splitkv_wgmma<true>(args, stream);
+    } else {
+      decode::launch_splitkv_wgmma<false>(args, stream);
+    }
   }
-  decode::launch_combine_kernel(args, stream);
+  decode::launch_combine_kernel(args, fast, stream);
 }
 
 }  // namespace mla::kernels

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/ptx.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
@@ -93,31 +94,40 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
-// kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged.
+// One warp per (sequence, kv head, row, column slice of kColumnsPerWarp). Sequences with one split
+// were written by the split-KV kernel; with none (seqlen 0) they get out = 0, lse = +inf; with
+// more, the partials are merged by their log-sum-exp. kFast: launched as a programmatically
+// dependent grid (it may start while the split-KV kernel finishes; it waits before reading the
+// partials), and a quarter row per warp, so small batches spread over more SMs.
+template <bool kFast>
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  constexpr int kColumnsPerWarp = kFast ? kDimV / 4 : kDimV;
+  constexpr int kSlices = kDimV / kColumnsPerWarp;
+  constexpr int kColsPerLanePass = 4;                                 // one float4
+  constexpr int kPasses = kColumnsPerWarp / (32 * kColsPerLanePass);  // 4, or 1 when kFast
   const MlaDecodeParams& p = args.params;
   const int lane = threadIdx.x & 31;
-  const int row_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
+  const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
   const int rows_total = args.shape.rows_per_kv_head;
-  if (row_index >= p.num_heads_kv * rows_total) return;
+  if (warp_index >= p.num_heads_kv * rows_total * kSlices) return;
+  const int row_index = warp_index / kSlices;
+  const int column0 = (warp_index % kSlices) * kColumnsPerWarp;
   const int batch_index = blockIdx.y;
-  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
   const int num_splits = plan.num_splits(batch_index);
   if (num_splits == 1) return;
+  if constexpr (kFast) ptx::wait_for_preceding_grid();
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
   const int s = r / args.heads_per_kv;
   const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
   auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
-                  s * p.out_seq_stride + head * p.out_head_stride;
+                  s * p.out_seq_stride + head * p.out_head_stride + column0;
   float* lse_out =
       p.lse + (static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s;
 
-  constexpr int kColsPerLanePass = 4;                       // one float4
-  constexpr int kPasses = kDimV / (32 * kColsPerLanePass);  // 4
   const int split0 = plan.split_begin()[batch_index];
   auto partial_index = [&](int k) {
     return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
@@ -140,11 +150,12 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     const float inv_sum = 1.f / sum;
     lse_final = max_lse + logf(sum);
+#pragma unroll 4
     for (int k = 0; k < num_splits; ++k) {
       const int64_t index = partial_index(k);
       const float weight = expf(args.partial_lse[index] - max_lse) * inv_sum;
       if (weight == 0.f) continue;  // an empty piece: its partial is 0 (and may be skipped)
-      const float* partial = args.partial_out + index * kDimV;
+      const float* partial = args.partial_out + index * kDimV + column0;
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
         const float4 v =
@@ -165,7 +176,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     packed.y = *reinterpret_cast<uint32_t*>(&hi);
     *reinterpret_cast<uint2*>(out_row + (pass * 32 + lane) * kColsPerLanePass) = packed;
   }
-  if (lane == 0) *lse_out = lse_final;
+  if (lane == 0 && column0 == 0) *lse_out = lse_final;
 }
 
 }  // namespace
@@ -178,11 +189,27 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 
-void launch_combine_kernel(const DecodeKernelArgs& args, cudaStream_t stream) {
+void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream) {
   const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
-  const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
-  mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
-  MLA_CHECK_LAUNCH("mla_decode_combine");
+  if (!fast) {
+    const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
+    mla_decode_combine_kernel<false><<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
+    MLA_CHECK_LAUNCH("mla_decode_combine");
+    return;
+  }
+  const int warps = rows * 4;
+  cudaLaunchConfig_t config = {};
+  config.gridDim =
+      dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
+  config.blockDim = dim3(kCombineRowsPerBlock * 32);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_kernel<true>, args));
+  MLA_CHECK_LAUNCH("mla_decode_combine (programmatic dependent launch)");
 }
 
 }  // namespace decode

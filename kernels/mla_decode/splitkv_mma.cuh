@@ -26,7 +26,9 @@ __device__ __forceinline__ uint32_t swizzled_p_chunk(int row, int chunk) {
   return static_cast<uint32_t>(row * kChunksP + (chunk ^ (row & 7)));
 }
 
-template <int kRowsPerTile>
+// kFast: two pages in flight (the next-but-one page is issued as soon as a stage is free) and an
+// early trigger for the programmatically dependent combine kernel.
+template <int kRowsPerTile, bool kFast>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   using Cfg = TileConfig<kRowsPerTile>;
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMO = Cfg::kMTilesO;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SharedStorage<kRowsPerTile>*>(smem_raw);
+  if constexpr (kFast) ptx::launch_dependents();  // the combine may start launching
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
@@ -89,6 +92,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     load_page(piece.page_begin, 0);
     ptx::cp_async_commit();
+    if constexpr (kFast) {
+      if (piece.page_begin + 1 < piece.page_end) {
+        load_page(piece.page_begin + 1, 1);
+        ptx::cp_async_commit();
+      }
+    }
 
     // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
     float row_max_run[kMS][2];
@@ -116,11 +125,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
       const int stage = (page - piece.page_begin) & 1;
-      ptx::cp_async_wait_all();
-      __syncthreads();  // page `page` visible to all; everyone is done with the other stage
-      if (page + 1 < piece.page_end) {
-        load_page(page + 1, stage ^ 1);
-        ptx::cp_async_commit();
+      if constexpr (kFast) {
+        if (page + 1 < piece.page_end) {
+          ptx::cp_async_wait_group<1>();  // this page landed; the next may still be in flight
+        } else {
+          ptx::cp_async_wait_all();
+        }
+        __syncthreads();
+      } else {
+        ptx::cp_async_wait_all();
+        __syncthreads();  // page `page` visible to all; everyone is done with the other stage
+        if (page + 1 < piece.page_end) {
+          load_page(page + 1, stage ^ 1);
+          ptx::cp_async_commit();
+        }
       }
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
 
@@ -253,6 +271,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
+      if constexpr (kFast) {
+        __syncthreads();  // everyone is done with this stage: refill it two pages ahead
+        if (page + 2 < piece.page_end) {
+          load_page(page + 2, stage);
+          ptx::cp_async_commit();
+        }
+      }
     }
 
     // Epilogue: row sums over the quad, then over the token groups (through smem).
@@ -322,10 +347,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kRowsPerTile>
+template <int kRowsPerTile, bool kFast>
 void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SharedStorage<kRowsPerTile>);
-  auto* kernel = &mla_decode_splitkv_mma_kernel<kRowsPerTile>;
+  auto* kernel = &mla_decode_splitkv_mma_kernel<kRowsPerTile, kFast>;
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(

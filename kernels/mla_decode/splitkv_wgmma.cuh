@@ -43,10 +43,13 @@ __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
   return (chunk >> 3) * kWgmmaBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
+// kFast: two pages in flight and an early trigger for the dependent combine (as in the mma body).
+template <bool kFast>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<WgmmaSharedStorage*>(smem_raw);
+  if constexpr (kFast) ptx::launch_dependents();  // the combine may start launching
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
@@ -95,6 +98,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     load_page(piece.page_begin, 0);
     ptx::cp_async_commit();
+    if constexpr (kFast) {
+      if (piece.page_begin + 1 < piece.page_end) {
+        load_page(piece.page_begin + 1, 1);
+        ptx::cp_async_commit();
+      }
+    }
 
     float row_max_run[2], row_sum_part[2];
     int row_last_key[2];
@@ -113,12 +122,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
       const int stage = (page - piece.page_begin) & 1;
-      ptx::cp_async_wait_all();
-      wgmma::fence_proxy_async_shared();
-      __syncthreads();  // page visible to all (and to wgmma); the other stage is free
-      if (page + 1 < piece.page_end) {
-        load_page(page + 1, stage ^ 1);
-        ptx::cp_async_commit();
+      if constexpr (kFast) {
+        if (page + 1 < piece.page_end) {
+          ptx::cp_async_wait_group<1>();  // this page landed; the next may still be in flight
+        } else {
+          ptx::cp_async_wait_all();
+        }
+        wgmma::fence_proxy_async_shared();
+        __syncthreads();
+      } else {
+        ptx::cp_async_wait_all();
+        wgmma::fence_proxy_async_shared();
+        __syncthreads();  // page visible to all (and to wgmma); the other stage is free
+        if (page + 1 < piece.page_end) {
+          load_page(page + 1, stage ^ 1);
+          ptx::cp_async_commit();
+        }
       }
       const uint32_t kv_stage = kv_smem0 + stage * kWgmmaTileBytes;
 
@@ -202,6 +221,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma::commit_group();
       wgmma::wait_group<0>();
+      if constexpr (kFast) {
+        __syncthreads();  // everyone is done with this stage: refill it two pages ahead
+        if (page + 2 < piece.page_end) {
+          load_page(page + 2, stage);
+          ptx::cp_async_commit();
+        }
+      }
     }
 
     // Epilogue: row sums over the quad and both warpgroups.
@@ -258,13 +284,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+template <bool kFast>
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(WgmmaSharedStorage);
-  MLA_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_splitkv_wgmma_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  auto* kernel = &mla_decode_splitkv_wgmma_kernel<kFast>;
+  MLA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
-  mla_decode_splitkv_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_splitkv_wgmma");
 }
 

@@ -286,7 +286,8 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeGpu, ::testing::Values(MlaDecodeKernel::kBaseline),
+INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeGpu,
+                         ::testing::Values(MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast),
                          [](const auto& info) {
                            return std::string(kernels::to_string(info.param));
                          });

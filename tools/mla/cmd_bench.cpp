@@ -43,10 +43,15 @@ void run_bench_decode(const BenchDecodeOptions& options) {
   bench::DecodeBenchOptions bench_options;
   bench_options.quick = options.quick;
   bench_options.runs = options.quick ? std::min(options.runs, 10) : options.runs;
-  if (options.kernel == "all" || options.kernel == "baseline") {
-    bench_options.kernels = {kernels::MlaDecodeKernel::kBaseline};
+  using kernels::MlaDecodeKernel;
+  if (options.kernel == "all") {
+    bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
+  } else if (options.kernel == "baseline") {
+    bench_options.kernels = {MlaDecodeKernel::kBaseline};
+  } else if (options.kernel == "fast") {
+    bench_options.kernels = {MlaDecodeKernel::kFast};
   } else {
-    throw_error("--kernel must be one of: all, baseline; got '{}'", options.kernel);
+    throw_error("--kernel must be one of: all, baseline, fast; got '{}'", options.kernel);
   }
 
   if (!options.only.empty()) {
@@ -123,7 +128,7 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--commit", options->commit, "Commit id recorded in the JSON");
   decode->add_option("--only", options->only,
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
-  decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline");
+  decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline, fast");
   decode->callback([options] { run_bench_decode(*options); });
 }
 
