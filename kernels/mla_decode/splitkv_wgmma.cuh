@@ -43,7 +43,9 @@ __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
   return (chunk >> 3) * kWgmmaBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-// kFast: two pages in flight and an early trigger for the dependent combine (as in the mma body).
+// kFast: an early trigger for the programmatically dependent combine. (Two pages in flight, as the
+// mma body does, measured slower here on 2026-11-30: this body is compute-bound, and the extra
+// barrier per page cost more than the deeper pipeline gained.)
 template <bool kFast>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
@@ -98,12 +100,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     load_page(piece.page_begin, 0);
     ptx::cp_async_commit();
-    if constexpr (kFast) {
-      if (piece.page_begin + 1 < piece.page_end) {
-        load_page(piece.page_begin + 1, 1);
-        ptx::cp_async_commit();
-      }
-    }
 
     float row_max_run[2], row_sum_part[2];
     int row_last_key[2];
@@ -122,22 +118,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
       const int stage = (page - piece.page_begin) & 1;
-      if constexpr (kFast) {
-        if (page + 1 < piece.page_end) {
-          ptx::cp_async_wait_group<1>();  // this page landed; the next may still be in flight
-        } else {
-          ptx::cp_async_wait_all();
-        }
-        wgmma::fence_proxy_async_shared();
-        __syncthreads();
-      } else {
-        ptx::cp_async_wait_all();
-        wgmma::fence_proxy_async_shared();
-        __syncthreads();  // page visible to all (and to wgmma); the other stage is free
-        if (page + 1 < piece.page_end) {
-          load_page(page + 1, stage ^ 1);
-          ptx::cp_async_commit();
-        }
+      ptx::cp_async_wait_all();
+      wgmma::fence_proxy_async_shared();
+      __syncthreads();  // page visible to all (and to wgmma); the other stage is free
+      if (page + 1 < piece.page_end) {
+        load_page(page + 1, stage ^ 1);
+        ptx::cp_async_commit();
       }
       const uint32_t kv_stage = kv_smem0 + stage * kWgmmaTileBytes;
 
@@ -221,13 +207,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma::commit_group();
       wgmma::wait_group<0>();
-      if constexpr (kFast) {
-        __syncthreads();  // everyone is done with this stage: refill it two pages ahead
-        if (page + 2 < piece.page_end) {
-          load_page(page + 2, stage);
-          ptx::cp_async_commit();
-        }
-      }
     }
 
     // Epilogue: row sums over the quad and both warpgroups.
