@@ -57,9 +57,13 @@ struct SharedStorage {
   uint16_t kv[kStages][kPageTokens * kDimQK];  // swizzled [64][576] bf16 per stage
   uint16_t p[kRowsPerTile * kPageTokens];      // swizzled [rows][64] bf16 probabilities
   float row_partial[TileConfig<kRowsPerTile>::kTokenGroups][kRowsPerTile];  // maxima, then sums
-  float row_alpha[kRowsPerTile];  // rescale of O for this page
-  float row_max[kRowsPerTile];    // final running max (base-2 scaled)
+  float row_alpha[kRowsPerTile];           // rescale of O for this page
+  float row_max[kRowsPerTile];             // final running max (base-2 scaled)
+  alignas(8) uint64_t page_full[kStages];  // kFast: TMA completion, one barrier per stage
 };
 static_assert(sizeof(SharedStorage<64>) <= 227 * 1024, "must fit the sm_90 opt-in limit");
+inline constexpr int kPageBytes = kPageTokens * kDimQK * 2;  // 73,728
+inline constexpr int kColumnBlockBytes = kPageTokens * 128;  // 64 rows × 64 columns bf16
+static_assert(sizeof(SharedStorage<16>::q) % 1024 == 0, "kv stages must stay 1024-byte aligned");
 
 }  // namespace mla::kernels::decode

@@ -1,6 +1,8 @@
 // Arguments every MLA decode kernel receives (built once per launch by the host dispatcher).
 #pragma once
 
+#include <cuda.h>
+
 #include "mla/kernels/mla_decode.h"
 
 namespace mla::kernels::decode {
@@ -14,6 +16,9 @@ struct DecodeKernelArgs {
   const int32_t* plan = nullptr;  // [decode_plan_ints(b, num_parts)] int32, in the workspace
   float* partial_lse = nullptr;   // [max_splits, h_kv, rows_per_kv_head] fp32 (natural log)
   float* partial_out = nullptr;   // [max_splits, h_kv, rows_per_kv_head, 512] fp32 (normalised)
+  // kFast: the cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
+  // 128-byte swizzle (one box = one 64-column block of a page).
+  CUtensorMap kv_tensor_map = {};
 };
 
 // Launchers of the split-KV kernel, one explicit instantiation per tile height

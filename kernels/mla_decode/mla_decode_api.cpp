@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/tensor_map.h"
 #include "mla/kernels/mla_decode.h"
 #include "mla_decode/kernel_args.h"
 
@@ -219,6 +220,24 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
+  if (fast && args.shape.rows_per_tile == 16) {
+    // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
+    cuda::TensorMapBf16Spec spec;
+    spec.base = params.kv_cache;
+    spec.rank = 4;
+    spec.dims[0] = kHeadDimQK;
+    spec.dims[1] = kPageSize;
+    spec.dims[2] = static_cast<uint64_t>(params.num_pages);
+    spec.dims[3] = static_cast<uint64_t>(params.num_heads_kv);
+    spec.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
+    spec.strides_bytes[1] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
+    spec.strides_bytes[2] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
+    spec.box[0] = 64;
+    spec.box[1] = kPageSize;
+    spec.box[2] = 1;
+    spec.box[3] = 1;
+    args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
+  }
   if (args.shape.rows_per_tile == 16) {
     if (fast) {
       decode::launch_splitkv_mma<16, true>(args, stream);

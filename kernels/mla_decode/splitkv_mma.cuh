@@ -1,9 +1,12 @@
-// The baseline MLA decode kernel: split-KV over the plan's pieces, mma.sync tensor cores, a
-// two-stage cp.async page pipeline. Included only by instantiations/rows*.cu.
+// The mma.sync MLA decode kernel for tiles of 16 query rows: split-KV over the plan's pieces, a
+// two-stage page pipeline. Baseline: pages copied by cp.async into row-major swizzled rows. kFast:
+// pages copied by TMA (9 boxes of 64 × 64, 128-byte swizzle, L2 evict-first) completing on an
+// mbarrier, stored as 64-column blocks; the early PDL trigger for the combine. Included only by
+// instantiations/rows16.cu.
 //
 // Layout of work and shared memory: see config.h. The subtle parts:
-// - Tokens past a sequence's end are zero-filled by cp.async (never read), so NaN garbage in pages
-//   a sequence does not own cannot reach P·V (0 · NaN would be NaN even with P = 0).
+// - Tokens past a sequence's end never reach P·V as garbage (0 · NaN would be NaN even with
+//   P = 0): cp.async zero-fills them; after a TMA copy their rows are zeroed in shared memory.
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
 //   max = -inf, and exponentials subtract 0 instead so no (-inf) - (-inf) appears.
 // - Every thread keeps its own partial row sums; they are reduced once per piece, not per page.
@@ -12,6 +15,8 @@
 #include <cmath>
 
 #include "common/ptx.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
@@ -26,8 +31,18 @@ __device__ __forceinline__ uint32_t swizzled_p_chunk(int row, int chunk) {
   return static_cast<uint32_t>(row * kChunksP + (chunk ^ (row & 7)));
 }
 
-// kFast: two pages in flight (the next-but-one page is issued as soon as a stage is free) and an
-// early trigger for the programmatically dependent combine kernel.
+// Byte offset of 16-byte chunk `chunk` of token row `row` in a page stage: row-major rows of
+// 1152 B (baseline) or 64-column blocks of 64 rows × 128 B (kFast, the TMA box layout). Both
+// swizzle the chunk's low three bits with (row & 7).
+template <bool kColumnBlocks>
+__device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
+  if constexpr (kColumnBlocks) {
+    return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+  } else {
+    return swizzled_qk_chunk(row, chunk) * 16;
+  }
+}
+
 template <int kRowsPerTile, bool kFast>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
@@ -35,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMS = Cfg::kMTilesS;
   constexpr int kNS = Cfg::kNTilesS;
   constexpr int kMO = Cfg::kMTilesO;
-  extern __shared__ __align__(128) uint8_t smem_raw[];
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SharedStorage<kRowsPerTile>*>(smem_raw);
   if constexpr (kFast) ptx::launch_dependents();  // the combine may start launching
 
@@ -66,6 +81,34 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+
+  // kFast: pages consumed so far by this CTA (selects the stage and the barrier's phase parity).
+  uint32_t pages_done = 0;
+  const uint32_t page_full0 = ptx::smem_address(&smem.page_full[0]);
+  uint64_t l2_policy = 0;
+  if constexpr (kFast) {
+    if (tid == 0) {
+      if ((kv_smem0 & 1023) != 0) __trap();  // the 128-byte swizzle needs 1024-byte alignment
+      for (int stage = 0; stage < kStages; ++stage) tma::barrier_init(page_full0 + stage * 8, 1);
+      tma::fence_barrier_init();
+      l2_policy = tma::evict_first_policy();
+    }
+    __syncthreads();
+  }
+  // Thread 0: the 9 column blocks of page `page` of sequence `seq` into the stage of the
+  // `counter`-th page, completing on that stage's barrier.
+  auto issue_page_tma = [&](int seq, int page, uint32_t counter) {
+    const uint32_t stage = counter & 1;
+    const uint32_t barrier = page_full0 + stage * 8;
+    const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
+    tma::arrive_expect_bytes(barrier, kPageBytes);
+#pragma unroll
+    for (int block = 0; block < kChunksQK / 8; ++block) {
+      tma::load_4d(kv_smem0 + stage * kStageBytes + block * kColumnBlockBytes, &args.kv_tensor_map,
+                   barrier, block * 64, 0, page_id, kv_head, l2_policy);
+    }
+  };
+
   DecodePiece piece;
   while (cursor.next(&piece)) {
     const int batch_index = piece.seq;
@@ -90,13 +133,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       loader.copy_row(kv_smem0 + stage * kStageBytes, page_base + token * p.kv_token_stride,
                       token < piece.seqlen - page * kPageTokens, kv_global);
     };
-    load_page(piece.page_begin, 0);
-    ptx::cp_async_commit();
     if constexpr (kFast) {
-      if (piece.page_begin + 1 < piece.page_end) {
-        load_page(piece.page_begin + 1, 1);
-        ptx::cp_async_commit();
-      }
+      ptx::cp_async_commit();  // the queries
+      if (tid == 0) issue_page_tma(batch_index, piece.page_begin, pages_done);
+    } else {
+      load_page(piece.page_begin, 0);
+      ptx::cp_async_commit();
     }
 
     // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
@@ -124,14 +166,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 4; ++i) o_acc[mo][nt][i] = 0.f;
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
-      const int stage = (page - piece.page_begin) & 1;
+      const int stage = kFast ? int(pages_done & 1) : (page - piece.page_begin) & 1;
       if constexpr (kFast) {
-        if (page + 1 < piece.page_end) {
-          ptx::cp_async_wait_group<1>();  // this page landed; the next may still be in flight
-        } else {
-          ptx::cp_async_wait_all();
+        ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
+        tma::wait_parity(page_full0 + stage * 8, (pages_done >> 1) & 1);
+        const int tokens_valid = piece.seqlen - page * kPageTokens;
+        if (tokens_valid < kPageTokens) {
+          // The last page: zero the rows past the sequence's end (TMA copied whatever was there).
+          uint8_t* stage_bytes = reinterpret_cast<uint8_t*>(smem.kv[stage]);
+          const int chunks = (kPageTokens - tokens_valid) * kChunksQK;
+          for (int c = tid; c < chunks; c += kThreads) {
+            const int row = tokens_valid + c / kChunksQK;
+            const int chunk = c % kChunksQK;
+            *reinterpret_cast<uint4*>(stage_bytes + (chunk >> 3) * kColumnBlockBytes + row * 128 +
+                                      (chunk & 7) * 16) = make_uint4(0, 0, 0, 0);
+          }
+          wgmma::fence_proxy_async_shared();  // before a later TMA rewrites these bytes
         }
-        __syncthreads();
+        __syncthreads();  // page visible to all; everyone is done with the other stage
+        if (tid == 0 && page + 1 < piece.page_end)
+          issue_page_tma(batch_index, page + 1, pages_done + 1);
+        ++pages_done;
       } else {
         ptx::cp_async_wait_all();
         __syncthreads();  // page `page` visible to all; everyone is done with the other stage
@@ -162,7 +217,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kNS == 2) {
           const int token = s_tok0 + (lane & 7) + (lane >> 4) * 8;
           uint32_t r[4];
-          ptx::ldmatrix_x4(r, kv_stage + swizzled_qk_chunk(token, 2 * kk + ((lane >> 3) & 1)) * 16);
+          ptx::ldmatrix_x4(r,
+                           kv_stage + page_chunk_offset<kFast>(token, 2 * kk + ((lane >> 3) & 1)));
           b[0][0] = r[0];
           b[0][1] = r[1];
           b[kNS - 1][0] = r[2];
@@ -170,7 +226,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           const int token = s_tok0 + (lane & 7);
           uint32_t r[2];
-          ptx::ldmatrix_x2(r, kv_stage + swizzled_qk_chunk(token, 2 * kk + ((lane >> 3) & 1)) * 16);
+          ptx::ldmatrix_x2(r,
+                           kv_stage + page_chunk_offset<kFast>(token, 2 * kk + ((lane >> 3) & 1)));
           b[0][0] = r[0];
           b[0][1] = r[1];
         }
@@ -263,19 +320,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int token = ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
           const int chunk = (o_col0 + np * 16) / kChunkElems + (lane >> 4);
           uint32_t r[4];
-          ptx::ldmatrix_x4_trans(r, kv_stage + swizzled_qk_chunk(token, chunk) * 16);
+          ptx::ldmatrix_x4_trans(r, kv_stage + page_chunk_offset<kFast>(token, chunk));
 #pragma unroll
           for (int mo = 0; mo < kMO; ++mo) {
             ptx::mma_bf16_16816(o_acc[mo][2 * np], a[mo], r[0], r[1]);
             ptx::mma_bf16_16816(o_acc[mo][2 * np + 1], a[mo], r[2], r[3]);
           }
-        }
-      }
-      if constexpr (kFast) {
-        __syncthreads();  // everyone is done with this stage: refill it two pages ahead
-        if (page + 2 < piece.page_end) {
-          load_page(page + 2, stage);
-          ptx::cp_async_commit();
         }
       }
     }
