@@ -220,7 +220,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
-  if (fast && args.shape.rows_per_tile == 16) {
+  if (fast) {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;
     spec.base = params.kv_cache;

@@ -15,11 +15,10 @@
 #include <cmath>
 
 #include "common/ptx.cuh"
-#include "common/tma.cuh"
-#include "common/wgmma.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
+#include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_loader.cuh"
 
 namespace mla::kernels::decode {
@@ -82,32 +81,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
 
-  // kFast: pages consumed so far by this CTA (selects the stage and the barrier's phase parity).
-  uint32_t pages_done = 0;
-  const uint32_t page_full0 = ptx::smem_address(&smem.page_full[0]);
-  uint64_t l2_policy = 0;
+  PageTmaPipeline pipeline;  // kFast only
   if constexpr (kFast) {
-    if (tid == 0) {
-      if ((kv_smem0 & 1023) != 0) __trap();  // the 128-byte swizzle needs 1024-byte alignment
-      for (int stage = 0; stage < kStages; ++stage) tma::barrier_init(page_full0 + stage * 8, 1);
-      tma::fence_barrier_init();
-      l2_policy = tma::evict_first_policy();
-    }
+    pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
     __syncthreads();
   }
-  // Thread 0: the 9 column blocks of page `page` of sequence `seq` into the stage of the
-  // `counter`-th page, completing on that stage's barrier.
-  auto issue_page_tma = [&](int seq, int page, uint32_t counter) {
-    const uint32_t stage = counter & 1;
-    const uint32_t barrier = page_full0 + stage * 8;
-    const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
-    tma::arrive_expect_bytes(barrier, kPageBytes);
-#pragma unroll
-    for (int block = 0; block < kChunksQK / 8; ++block) {
-      tma::load_4d(kv_smem0 + stage * kStageBytes + block * kColumnBlockBytes, &args.kv_tensor_map,
-                   barrier, block * 64, 0, page_id, kv_head, l2_policy);
-    }
-  };
 
   DecodePiece piece;
   while (cursor.next(&piece)) {
@@ -135,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if constexpr (kFast) {
       ptx::cp_async_commit();  // the queries
-      if (tid == 0) issue_page_tma(batch_index, piece.page_begin, pages_done);
+      if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
     } else {
       load_page(piece.page_begin, 0);
       ptx::cp_async_commit();
@@ -166,27 +144,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 4; ++i) o_acc[mo][nt][i] = 0.f;
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
-      const int stage = kFast ? int(pages_done & 1) : (page - piece.page_begin) & 1;
+      const int stage = kFast ? pipeline.stage() : (page - piece.page_begin) & 1;
       if constexpr (kFast) {
         ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
-        tma::wait_parity(page_full0 + stage * 8, (pages_done >> 1) & 1);
-        const int tokens_valid = piece.seqlen - page * kPageTokens;
-        if (tokens_valid < kPageTokens) {
-          // The last page: zero the rows past the sequence's end (TMA copied whatever was there).
-          uint8_t* stage_bytes = reinterpret_cast<uint8_t*>(smem.kv[stage]);
-          const int chunks = (kPageTokens - tokens_valid) * kChunksQK;
-          for (int c = tid; c < chunks; c += kThreads) {
-            const int row = tokens_valid + c / kChunksQK;
-            const int chunk = c % kChunksQK;
-            *reinterpret_cast<uint4*>(stage_bytes + (chunk >> 3) * kColumnBlockBytes + row * 128 +
-                                      (chunk & 7) * 16) = make_uint4(0, 0, 0, 0);
-          }
-          wgmma::fence_proxy_async_shared();  // before a later TMA rewrites these bytes
-        }
+        pipeline.wait_current(tid, reinterpret_cast<uint8_t*>(smem.kv[stage]),
+                              piece.seqlen - page * kPageTokens);
         __syncthreads();  // page visible to all; everyone is done with the other stage
         if (tid == 0 && page + 1 < piece.page_end)
-          issue_page_tma(batch_index, page + 1, pages_done + 1);
-        ++pages_done;
+          pipeline.issue(args, batch_index, page + 1, kv_head, 1);
+        ++pipeline.pages_done;
       } else {
         ptx::cp_async_wait_all();
         __syncthreads();  // page `page` visible to all; everyone is done with the other stage

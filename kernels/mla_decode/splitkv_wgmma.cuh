@@ -19,6 +19,7 @@
 #include "cuda/check.h"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
+#include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_loader.cuh"
 
 namespace mla::kernels::decode {
@@ -35,6 +36,7 @@ struct WgmmaSharedStorage {
   alignas(1024) uint8_t kv[kStages][kWgmmaTileBytes];
   alignas(1024) uint8_t p[kWgmmaBlockBytes];  // [64 rows][64 tokens] bf16, one block
   float row_partial[2][kWgmmaRows];           // per-warpgroup row maxima, then row sums
+  alignas(8) uint64_t page_full[kStages];     // kFast: TMA completion, one barrier per stage
 };
 static_assert(sizeof(WgmmaSharedStorage) <= 227 * 1024);
 
@@ -43,15 +45,14 @@ __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
   return (chunk >> 3) * kWgmmaBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-// kFast: an early trigger for the programmatically dependent combine. (Two pages in flight, as the
-// mma body does, measured slower here on 2026-11-30: this body is compute-bound, and the extra
-// barrier per page cost more than the deeper pipeline gained.)
+// kFast: pages by TMA (page_tma.cuh) instead of per-thread cp.async. (Two pages in flight
+// measured slower here on 2026-11-30, and so did the early PDL trigger at 32k-token contexts: this
+// body is compute-bound.)
 template <bool kFast>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<WgmmaSharedStorage*>(smem_raw);
-  if constexpr (kFast) ptx::launch_dependents();  // the combine may start launching
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
@@ -72,6 +73,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
   const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
   const TileLoader<128, kWgmmaBlockBytes> loader(tid);
+  PageTmaPipeline pipeline;  // kFast only
+  if constexpr (kFast) {
+    pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
+    __syncthreads();
+  }
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
@@ -98,8 +104,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       loader.copy_row(kv_smem0 + stage * kWgmmaTileBytes, page_base + token * p.kv_token_stride,
                       token < piece.seqlen - page * kPageTokens, kv_global);
     };
-    load_page(piece.page_begin, 0);
-    ptx::cp_async_commit();
+    if constexpr (kFast) {
+      ptx::cp_async_commit();  // the queries
+      if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
+    } else {
+      load_page(piece.page_begin, 0);
+      ptx::cp_async_commit();
+    }
 
     float row_max_run[2], row_sum_part[2];
     int row_last_key[2];
@@ -117,13 +128,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
-      const int stage = (page - piece.page_begin) & 1;
-      ptx::cp_async_wait_all();
-      wgmma::fence_proxy_async_shared();
-      __syncthreads();  // page visible to all (and to wgmma); the other stage is free
-      if (page + 1 < piece.page_end) {
-        load_page(page + 1, stage ^ 1);
-        ptx::cp_async_commit();
+      const int stage = kFast ? pipeline.stage() : (page - piece.page_begin) & 1;
+      if constexpr (kFast) {
+        ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
+        wgmma::fence_proxy_async_shared();
+        pipeline.wait_current(tid, smem.kv[stage], piece.seqlen - page * kPageTokens);
+        __syncthreads();  // page visible to all; everyone is done with the other stage
+        if (tid == 0 && page + 1 < piece.page_end)
+          pipeline.issue(args, batch_index, page + 1, kv_head, 1);
+        ++pipeline.pages_done;
+      } else {
+        ptx::cp_async_wait_all();
+        wgmma::fence_proxy_async_shared();
+        __syncthreads();  // page visible to all (and to wgmma); the other stage is free
+        if (page + 1 < piece.page_end) {
+          load_page(page + 1, stage ^ 1);
+          ptx::cp_async_commit();
+        }
       }
       const uint32_t kv_stage = kv_smem0 + stage * kWgmmaTileBytes;
 

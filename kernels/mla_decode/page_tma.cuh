@@ -1,0 +1,77 @@
+// The two-stage TMA page pipeline shared by the kFast decode bodies: thread 0 issues each 64-token
+// page as 9 boxes of 64 × 64 (128-byte swizzle, L2 evict-first) completing on the stage's mbarrier;
+// every thread waits on that barrier's phase. A CTA counts the pages it has consumed across its
+// pieces; the count selects the stage (count mod 2) and the phase parity (count / 2 mod 2).
+//
+// TMA copies whole pages, so on a sequence's last page the rows past its end hold whatever the
+// cache holds there (NaN in the tests): zero_tail_rows() clears them before any read, since
+// 0 · NaN would be NaN even with P = 0.
+#pragma once
+
+#include <cstdint>
+
+#include "common/ptx.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "mla_decode/config.h"
+#include "mla_decode/kernel_args.h"
+
+namespace mla::kernels::decode {
+
+struct PageTmaPipeline {
+  uint32_t stages_smem = 0;  // stage 0 (1024-byte aligned); stage s at + s · kPageBytes
+  uint32_t barriers = 0;     // the mbarrier of stage 0; stage s at + 8 s
+  uint64_t l2_policy = 0;    // thread 0 only
+  uint32_t pages_done = 0;   // pages this CTA has consumed
+
+  // Thread 0 initialises the barriers; the caller then __syncthreads().
+  __device__ __forceinline__ void init(int tid, uint32_t stages, uint32_t first_barrier) {
+    stages_smem = stages;
+    barriers = first_barrier;
+    if (tid == 0) {
+      if ((stages_smem & 1023) != 0) __trap();  // the 128-byte swizzle needs 1024-byte alignment
+      for (int stage = 0; stage < kStages; ++stage) tma::barrier_init(barriers + stage * 8, 1);
+      tma::fence_barrier_init();
+      l2_policy = tma::evict_first_policy();
+    }
+  }
+
+  __device__ __forceinline__ int stage() const { return static_cast<int>(pages_done & 1); }
+  __device__ __forceinline__ uint32_t stage_smem(int stage) const {
+    return stages_smem + stage * kPageBytes;
+  }
+
+  // Thread 0: page `page` of sequence `seq` into the stage of the page consumed `ahead` pages
+  // after the current one.
+  __device__ __forceinline__ void issue(const DecodeKernelArgs& args, int seq, int page,
+                                        int kv_head, int ahead) const {
+    const MlaDecodeParams& p = args.params;
+    const uint32_t stage = (pages_done + ahead) & 1;
+    const uint32_t barrier = barriers + stage * 8;
+    const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
+    tma::arrive_expect_bytes(barrier, kPageBytes);
+#pragma unroll
+    for (int block = 0; block < kChunksQK / 8; ++block) {
+      tma::load_4d(stage_smem(stage) + block * kColumnBlockBytes, &args.kv_tensor_map, barrier,
+                   block * 64, 0, page_id, kv_head, l2_policy);
+    }
+  }
+
+  // Everyone: wait for the current page, then clear its rows past the sequence's end (the caller
+  // then __syncthreads() before reading it).
+  __device__ __forceinline__ void wait_current(int tid, uint8_t* stage_bytes,
+                                               int tokens_valid) const {
+    tma::wait_parity(barriers + stage() * 8, (pages_done >> 1) & 1);
+    if (tokens_valid >= kPageTokens) return;
+    const int chunks = (kPageTokens - tokens_valid) * kChunksQK;
+    for (int c = tid; c < chunks; c += kThreads) {
+      const int row = tokens_valid + c / kChunksQK;
+      const int chunk = c % kChunksQK;
+      *reinterpret_cast<uint4*>(stage_bytes + (chunk >> 3) * kColumnBlockBytes + row * 128 +
+                                (chunk & 7) * 16) = make_uint4(0, 0, 0, 0);
+    }
+    wgmma::fence_proxy_async_shared();  // order the zeros before wgmma reads and later TMA writes
+  }
+};
+
+}  // namespace mla::kernels::decode
