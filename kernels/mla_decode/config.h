@@ -27,6 +27,8 @@ inline constexpr int kKSteps = kDimQK / 16;                 // 36 k16 steps for 
 inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O per warp
 inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
 inline constexpr int kPlanThreads = 1024;
+// kFast: batches with at most this many query rows in all use the split-parallel combine.
+inline constexpr int kSplitParallelCombineMaxRows = 1024;
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);
@@ -54,12 +56,12 @@ struct TileConfig {
 template <int kRowsPerTile>
 struct SharedStorage {
   uint16_t q[kRowsPerTile * kDimQK];           // swizzled [rows][576] bf16
-  uint16_t kv[kStages][kPageTokens * kDimQK];  // swizzled [64][576] bf16 per stage
+  uint16_t kv[kStages][kPageTokens * kDimQK];  // per stage: 9 swizzled blocks [64][64] bf16
   uint16_t p[kRowsPerTile * kPageTokens];      // swizzled [rows][64] bf16 probabilities
   float row_partial[TileConfig<kRowsPerTile>::kTokenGroups][kRowsPerTile];  // maxima, then sums
   float row_alpha[kRowsPerTile];           // rescale of O for this page
   float row_max[kRowsPerTile];             // final running max (base-2 scaled)
-  alignas(8) uint64_t page_full[kStages];  // kFast: TMA completion, one barrier per stage
+  alignas(8) uint64_t page_full[kStages];  // TMA completion, one barrier per stage
 };
 static_assert(sizeof(SharedStorage<64>) <= 227 * 1024, "must fit the sm_90 opt-in limit");
 inline constexpr int kPageBytes = kPageTokens * kDimQK * 2;  // 73,728

@@ -16,7 +16,7 @@ struct DecodeKernelArgs {
   const int32_t* plan = nullptr;  // [decode_plan_ints(b, num_parts)] int32, in the workspace
   float* partial_lse = nullptr;   // [max_splits, h_kv, rows_per_kv_head] fp32 (natural log)
   float* partial_out = nullptr;   // [max_splits, h_kv, rows_per_kv_head, 512] fp32 (normalised)
-  // kFast: the cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
+  // The cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
   // 128-byte swizzle (one box = one 64-column block of a page).
   CUtensorMap kv_tensor_map = {};
 };
@@ -27,7 +27,6 @@ template <int kRowsPerTile, bool kFast>
 void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream);
 
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
-template <bool kFast>
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream);
 
 }  // namespace mla::kernels::decode

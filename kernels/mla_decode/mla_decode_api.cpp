@@ -220,7 +220,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
-  if (fast) {
+  {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;
     spec.base = params.kv_cache;
@@ -247,11 +247,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    if (fast) {
-      decode::launch_splitkv_wgmma<true>(args, stream);
-    } else {
-      decode::launch_splitkv_wgmma<false>(args, stream);
-    }
+    decode::launch_splitkv_wgmma(args, stream);
   }
   decode::launch_combine_kernel(args, fast, stream);
 }

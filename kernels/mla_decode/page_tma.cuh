@@ -1,4 +1,4 @@
-// The two-stage TMA page pipeline shared by the kFast decode bodies: thread 0 issues each 64-token
+// The two-stage TMA page pipeline shared by the decode bodies: thread 0 issues each 64-token
 // page as 9 boxes of 64 × 64 (128-byte swizzle, L2 evict-first) completing on the stage's mbarrier;
 // every thread waits on that barrier's phase. A CTA counts the pages it has consumed across its
 // pieces; the count selects the stage (count mod 2) and the phase parity (count / 2 mod 2).

@@ -179,6 +179,85 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   if (lane == 0 && column0 == 0) *lse_out = lse_final;
 }
 
+// The combine for few rows and many splits (small batches): one warp per (sequence, kv head,
+// row, 8 output columns), lanes striding over the splits, then a butterfly sum across the warp.
+// Launched as a programmatically dependent grid, like the fast quarter-row combine.
+__global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
+    mla_decode_combine_split_parallel_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  constexpr int kColumns = 8;
+  constexpr int kGroups = kDimV / kColumns;
+  const MlaDecodeParams& p = args.params;
+  const int lane = threadIdx.x & 31;
+  const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
+  const int rows_total = args.shape.rows_per_kv_head;
+  if (warp_index >= p.num_heads_kv * rows_total * kGroups) return;
+  const int row_index = warp_index / kGroups;
+  const int column0 = (warp_index % kGroups) * kColumns;
+  const int batch_index = blockIdx.y;
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
+  const int num_splits = plan.num_splits(batch_index);
+  if (num_splits == 1) return;
+  ptx::wait_for_preceding_grid();
+
+  const int kv_head = row_index / rows_total;
+  const int r = row_index % rows_total;
+  const int s = r / args.heads_per_kv;
+  const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+  const int split0 = plan.split_begin()[batch_index];
+  auto partial_index = [&](int k) {
+    return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
+  };
+
+  float max_lse = -INFINITY;
+  for (int k = lane; k < num_splits; k += 32)
+    max_lse = fmaxf(max_lse, args.partial_lse[partial_index(k)]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+
+  float acc[kColumns] = {};
+  float sum = 0.f;
+  if (max_lse != -INFINITY) {
+    for (int k = lane; k < num_splits; k += 32) {
+      const int64_t index = partial_index(k);
+      const float weight = expf(args.partial_lse[index] - max_lse);
+      sum += weight;
+      if (weight == 0.f) continue;
+      const float4* partial =
+          reinterpret_cast<const float4*>(args.partial_out + index * kDimV + column0);
+      const float4 lo = partial[0];
+      const float4 hi = partial[1];
+      acc[0] += weight * lo.x;
+      acc[1] += weight * lo.y;
+      acc[2] += weight * lo.z;
+      acc[3] += weight * lo.w;
+      acc[4] += weight * hi.x;
+      acc[5] += weight * hi.y;
+      acc[6] += weight * hi.z;
+      acc[7] += weight * hi.w;
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], offset);
+  }
+  if (lane != 0) return;
+  const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
+  uint32_t packed[kColumns / 2];
+#pragma unroll
+  for (int c = 0; c < kColumns / 2; ++c)
+    packed[c] = ptx::pack_bf16x2(acc[2 * c] * inv_sum, acc[2 * c + 1] * inv_sum);
+  auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
+                  s * p.out_seq_stride + head * p.out_head_stride + column0;
+  *reinterpret_cast<uint4*>(out_row) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  if (column0 == 0) {
+    p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
+        sum > 0.f ? max_lse + logf(sum) : INFINITY;
+  }
+}
+
 }  // namespace
 
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
@@ -197,7 +276,9 @@ void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t
     MLA_CHECK_LAUNCH("mla_decode_combine");
     return;
   }
-  const int warps = rows * 4;
+  // Few rows in all (small batches, where sequences split many ways): lanes over the splits.
+  const bool split_parallel = int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
+  const int warps = split_parallel ? rows * (kDimV / 8) : rows * 4;
   cudaLaunchConfig_t config = {};
   config.gridDim =
       dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
@@ -208,7 +289,11 @@ void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_kernel<true>, args));
+  if (split_parallel) {
+    MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_split_parallel_kernel, args));
+  } else {
+    MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_kernel<true>, args));
+  }
   MLA_CHECK_LAUNCH("mla_decode_combine (programmatic dependent launch)");
 }
 

@@ -1,12 +1,10 @@
 // The mma.sync MLA decode kernel for tiles of 16 query rows: split-KV over the plan's pieces, a
-// two-stage page pipeline. Baseline: pages copied by cp.async into row-major swizzled rows. kFast:
-// pages copied by TMA (9 boxes of 64 × 64, 128-byte swizzle, L2 evict-first) completing on an
-// mbarrier, stored as 64-column blocks; the early PDL trigger for the combine. Included only by
-// instantiations/rows16.cu.
+// two-stage TMA page pipeline (page_tma.cuh), ldmatrix + mma.sync m16n8k16. kFast adds the early
+// trigger of the programmatically dependent combine. Included only by instantiations/rows16.cu.
 //
 // Layout of work and shared memory: see config.h. The subtle parts:
 // - Tokens past a sequence's end never reach P·V as garbage (0 · NaN would be NaN even with
-//   P = 0): cp.async zero-fills them; after a TMA copy their rows are zeroed in shared memory.
+//   P = 0): their rows are zeroed in shared memory after the copy (page_tma.cuh).
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
 //   max = -inf, and exponentials subtract 0 instead so no (-inf) - (-inf) appears.
 // - Every thread keeps its own partial row sums; they are reduced once per piece, not per page.
@@ -30,16 +28,10 @@ __device__ __forceinline__ uint32_t swizzled_p_chunk(int row, int chunk) {
   return static_cast<uint32_t>(row * kChunksP + (chunk ^ (row & 7)));
 }
 
-// Byte offset of 16-byte chunk `chunk` of token row `row` in a page stage: row-major rows of
-// 1152 B (baseline) or 64-column blocks of 64 rows × 128 B (kFast, the TMA box layout). Both
-// swizzle the chunk's low three bits with (row & 7).
-template <bool kColumnBlocks>
+// Byte offset of 16-byte chunk `chunk` of token row `row` in a page stage: 64-column blocks of
+// 64 rows × 128 B (the TMA box layout), the chunk's low three bits swizzled with (row & 7).
 __device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
-  if constexpr (kColumnBlocks) {
-    return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-  } else {
-    return swizzled_qk_chunk(row, chunk) * 16;
-  }
+  return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
 template <int kRowsPerTile, bool kFast>
@@ -75,17 +67,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* p_bytes = reinterpret_cast<uint8_t*>(smem.p);
 
   const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
-  const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
 
-  PageTmaPipeline pipeline;  // kFast only
-  if constexpr (kFast) {
-    pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
-    __syncthreads();
-  }
+  PageTmaPipeline pipeline;
+  pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
+  __syncthreads();
 
   DecodePiece piece;
   while (cursor.next(&piece)) {
@@ -102,22 +91,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           r < rows_total, q_global);
     }
 
-    const int32_t* page_ids = p.block_table + batch_index * p.block_table_batch_stride;
-    auto load_page = [&](int page, int stage) {
-      const uint16_t* page_base = kv_global +
-                                  static_cast<int64_t>(page_ids[page]) * p.kv_page_stride +
-                                  kv_head * p.kv_head_stride;
-      const int token = loader.row;
-      loader.copy_row(kv_smem0 + stage * kStageBytes, page_base + token * p.kv_token_stride,
-                      token < piece.seqlen - page * kPageTokens, kv_global);
-    };
-    if constexpr (kFast) {
-      ptx::cp_async_commit();  // the queries
-      if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
-    } else {
-      load_page(piece.page_begin, 0);
-      ptx::cp_async_commit();
-    }
+    ptx::cp_async_commit();  // the queries
+    if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
 
     // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
     float row_max_run[kMS][2];
@@ -144,23 +119,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 4; ++i) o_acc[mo][nt][i] = 0.f;
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
-      const int stage = kFast ? pipeline.stage() : (page - piece.page_begin) & 1;
-      if constexpr (kFast) {
-        ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
-        pipeline.wait_current(tid, reinterpret_cast<uint8_t*>(smem.kv[stage]),
-                              piece.seqlen - page * kPageTokens);
-        __syncthreads();  // page visible to all; everyone is done with the other stage
-        if (tid == 0 && page + 1 < piece.page_end)
-          pipeline.issue(args, batch_index, page + 1, kv_head, 1);
-        ++pipeline.pages_done;
-      } else {
-        ptx::cp_async_wait_all();
-        __syncthreads();  // page `page` visible to all; everyone is done with the other stage
-        if (page + 1 < piece.page_end) {
-          load_page(page + 1, stage ^ 1);
-          ptx::cp_async_commit();
-        }
-      }
+      const int stage = pipeline.stage();
+      ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
+      pipeline.wait_current(tid, reinterpret_cast<uint8_t*>(smem.kv[stage]),
+                            piece.seqlen - page * kPageTokens);
+      __syncthreads();  // page visible to all; everyone is done with the other stage
+      if (tid == 0 && page + 1 < piece.page_end)
+        pipeline.issue(args, batch_index, page + 1, kv_head, 1);
+      ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
 
       // S = Q · Kᵀ for this warp's rows × tokens.
@@ -183,8 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kNS == 2) {
           const int token = s_tok0 + (lane & 7) + (lane >> 4) * 8;
           uint32_t r[4];
-          ptx::ldmatrix_x4(r,
-                           kv_stage + page_chunk_offset<kFast>(token, 2 * kk + ((lane >> 3) & 1)));
+          ptx::ldmatrix_x4(r, kv_stage + page_chunk_offset(token, 2 * kk + ((lane >> 3) & 1)));
           b[0][0] = r[0];
           b[0][1] = r[1];
           b[kNS - 1][0] = r[2];
@@ -192,8 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           const int token = s_tok0 + (lane & 7);
           uint32_t r[2];
-          ptx::ldmatrix_x2(r,
-                           kv_stage + page_chunk_offset<kFast>(token, 2 * kk + ((lane >> 3) & 1)));
+          ptx::ldmatrix_x2(r, kv_stage + page_chunk_offset(token, 2 * kk + ((lane >> 3) & 1)));
           b[0][0] = r[0];
           b[0][1] = r[1];
         }
@@ -286,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int token = ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
           const int chunk = (o_col0 + np * 16) / kChunkElems + (lane >> 4);
           uint32_t r[4];
-          ptx::ldmatrix_x4_trans(r, kv_stage + page_chunk_offset<kFast>(token, chunk));
+          ptx::ldmatrix_x4_trans(r, kv_stage + page_chunk_offset(token, chunk));
 #pragma unroll
           for (int mo = 0; mo < kMO; ++mo) {
             ptx::mma_bf16_16816(o_acc[mo][2 * np], a[mo], r[0], r[1]);

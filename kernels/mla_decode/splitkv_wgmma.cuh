@@ -1,5 +1,6 @@
 // Split-KV MLA decode with Hopper warpgroup MMA (wgmma, sm_90a): 64-row query tiles, two
-// warpgroups, a two-stage cp.async page pipeline. Included only by instantiations/wgmma.cu.
+// warpgroups, a two-stage TMA page pipeline (page_tma.cuh). Included only by
+// instantiations/wgmma.cu.
 //
 // Per 64-token page, warpgroup g (of 2):
 //   S[:, 32g:32g+32] = Q · K[32g:32g+32]ᵀ   36 × wgmma m64n32k16, both operands from smem;
@@ -7,9 +8,8 @@
 //   O[:, 256g:+256] += P · V[:, 256g:+256]  4 × wgmma m64n256k16, V read MN-major (transposed).
 // A thread's S rows and O rows are the same two rows (wgmma's accumulator layout), so the
 // rescale factors never leave registers. Tiles live in shared memory as 64-column blocks of
-// 64 rows × 128 B with the 128-byte swizzle (16-byte chunk ^= row & 7), the layout wgmma's
-// descriptors describe; cp.async writes them directly. Tokens past a sequence's end are
-// zero-filled (never read), as in the mma.sync kernel.
+// 64 rows × 128 B with the 128-byte swizzle (16-byte chunk ^= row & 7): the layout TMA writes and
+// wgmma's descriptors describe. Rows past a sequence's end are zeroed after the copy.
 #pragma once
 
 #include <cmath>
@@ -36,7 +36,7 @@ struct WgmmaSharedStorage {
   alignas(1024) uint8_t kv[kStages][kWgmmaTileBytes];
   alignas(1024) uint8_t p[kWgmmaBlockBytes];  // [64 rows][64 tokens] bf16, one block
   float row_partial[2][kWgmmaRows];           // per-warpgroup row maxima, then row sums
-  alignas(8) uint64_t page_full[kStages];     // kFast: TMA completion, one barrier per stage
+  alignas(8) uint64_t page_full[kStages];     // TMA completion, one barrier per stage
 };
 static_assert(sizeof(WgmmaSharedStorage) <= 227 * 1024);
 
@@ -45,10 +45,9 @@ __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
   return (chunk >> 3) * kWgmmaBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-// kFast: pages by TMA (page_tma.cuh) instead of per-thread cp.async. (Two pages in flight
-// measured slower here on 2026-11-30, and so did the early PDL trigger at 32k-token contexts: this
-// body is compute-bound.)
-template <bool kFast>
+// One body for both kernels (two pages in flight and the early PDL trigger measured slower here
+// on 2026-11-30: this body is compute-bound).
+
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -71,13 +70,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
 
   const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
-  const auto* kv_global = reinterpret_cast<const uint16_t*>(p.kv_cache);
   const TileLoader<128, kWgmmaBlockBytes> loader(tid);
-  PageTmaPipeline pipeline;  // kFast only
-  if constexpr (kFast) {
-    pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
-    __syncthreads();
-  }
+  PageTmaPipeline pipeline;
+  pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
+  __syncthreads();
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
@@ -95,22 +91,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           r < rows_total, q_global);
     }
 
-    const int32_t* page_ids = p.block_table + batch_index * p.block_table_batch_stride;
-    auto load_page = [&](int page, int stage) {
-      const uint16_t* page_base = kv_global +
-                                  static_cast<int64_t>(page_ids[page]) * p.kv_page_stride +
-                                  kv_head * p.kv_head_stride;
-      const int token = loader.row;
-      loader.copy_row(kv_smem0 + stage * kWgmmaTileBytes, page_base + token * p.kv_token_stride,
-                      token < piece.seqlen - page * kPageTokens, kv_global);
-    };
-    if constexpr (kFast) {
-      ptx::cp_async_commit();  // the queries
-      if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
-    } else {
-      load_page(piece.page_begin, 0);
-      ptx::cp_async_commit();
-    }
+    ptx::cp_async_commit();  // the queries
+    if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
 
     float row_max_run[2], row_sum_part[2];
     int row_last_key[2];
@@ -128,24 +110,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
-      const int stage = kFast ? pipeline.stage() : (page - piece.page_begin) & 1;
-      if constexpr (kFast) {
-        ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
-        wgmma::fence_proxy_async_shared();
-        pipeline.wait_current(tid, smem.kv[stage], piece.seqlen - page * kPageTokens);
-        __syncthreads();  // page visible to all; everyone is done with the other stage
-        if (tid == 0 && page + 1 < piece.page_end)
-          pipeline.issue(args, batch_index, page + 1, kv_head, 1);
-        ++pipeline.pages_done;
-      } else {
-        ptx::cp_async_wait_all();
-        wgmma::fence_proxy_async_shared();
-        __syncthreads();  // page visible to all (and to wgmma); the other stage is free
-        if (page + 1 < piece.page_end) {
-          load_page(page + 1, stage ^ 1);
-          ptx::cp_async_commit();
-        }
-      }
+      const int stage = pipeline.stage();
+      ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
+      wgmma::fence_proxy_async_shared();
+      pipeline.wait_current(tid, smem.kv[stage], piece.seqlen - page * kPageTokens);
+      __syncthreads();  // page visible to all; everyone is done with the other stage
+      if (tid == 0 && page + 1 < piece.page_end)
+        pipeline.issue(args, batch_index, page + 1, kv_head, 1);
+      ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kWgmmaTileBytes;
 
       // S = Q · Kᵀ over this warpgroup's 32 tokens.
@@ -284,10 +256,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <bool kFast>
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(WgmmaSharedStorage);
-  auto* kernel = &mla_decode_splitkv_wgmma_kernel<kFast>;
+  auto* kernel = &mla_decode_splitkv_wgmma_kernel;
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).

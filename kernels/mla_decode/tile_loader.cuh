@@ -1,11 +1,11 @@
-// cp.async copies of 64-row × 576-column bf16 tiles (a cache page, or a query tile) into shared
-// memory, swizzled for the decode kernels.
+// cp.async copies of query tiles (up to 64 rows × 576 bf16 columns) into shared memory, swizzled
+// for the decode kernels (cache pages come by TMA: page_tma.cuh).
 //
 // Thread t copies row t / 4, 16-byte chunks (t % 4) + 4k for k = 0..17: a warp reads 8 rows × 64
 // contiguous bytes per instruction (two full sectors each), and because the swizzle only XORs the
 // low three chunk bits with (row & 7), every destination is one of two per-thread base offsets
 // plus a compile-time offset, so each copy is a single cp.async with immediate offsets. Rows that
-// are not valid (past a sequence's end, past the last query row) are zero-filled and never read.
+// are not valid (past the last query row of a kv head) are zero-filled and never read.
 #pragma once
 
 #include <cstdint>
