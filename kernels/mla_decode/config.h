@@ -27,7 +27,10 @@ inline constexpr int kKSteps = kDimQK / 16;                 // 36 k16 steps for 
 inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O per warp
 inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
 inline constexpr int kPlanThreads = 1024;
-// kFast: batches with at most this many query rows in all use the split-parallel combine.
+// kFast uses the split-parallel combine when there are at least this many parts per sequence
+// (sequences will split many ways) and at most this many query rows in all (measured 2026-11-30:
+// b = 1 wins 1.4-2.3×, b = 8 with h_q = 128 loses 2× with it).
+inline constexpr int kSplitParallelCombineMinPartsPerSeq = 48;
 inline constexpr int kSplitParallelCombineMaxRows = 1024;
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 

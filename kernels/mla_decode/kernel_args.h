@@ -23,7 +23,7 @@ struct DecodeKernelArgs {
 
 // Launchers of the split-KV kernel, one explicit instantiation per tile height
 // (instantiations/rows{16,32,64}.cu).
-template <int kRowsPerTile, bool kFast>
+template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream);
 
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).

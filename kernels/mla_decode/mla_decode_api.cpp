@@ -239,11 +239,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
   }
   if (args.shape.rows_per_tile == 16) {
-    if (fast) {
-      decode::launch_splitkv_mma<16, true>(args, stream);
-    } else {
-      decode::launch_splitkv_mma<16, false>(args, stream);
-    }
+    decode::launch_splitkv_mma<16>(args, stream);
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);

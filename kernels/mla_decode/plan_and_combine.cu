@@ -94,18 +94,15 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// One warp per (sequence, kv head, row, column slice of kColumnsPerWarp). Sequences with one split
-// were written by the split-KV kernel; with none (seqlen 0) they get out = 0, lse = +inf; with
-// more, the partials are merged by their log-sum-exp. kFast: launched as a programmatically
-// dependent grid (it may start while the split-KV kernel finishes; it waits before reading the
-// partials), and a quarter row per warp, so small batches spread over more SMs.
-template <bool kFast>
+// One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
+// kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged by
+// their log-sum-exp.
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  constexpr int kColumnsPerWarp = kFast ? kDimV / 4 : kDimV;
-  constexpr int kSlices = kDimV / kColumnsPerWarp;
+  constexpr int kColumnsPerWarp = kDimV;
+  constexpr int kSlices = 1;
   constexpr int kColsPerLanePass = 4;                                 // one float4
-  constexpr int kPasses = kColumnsPerWarp / (32 * kColsPerLanePass);  // 4, or 1 when kFast
+  constexpr int kPasses = kColumnsPerWarp / (32 * kColsPerLanePass);  // 4
   const MlaDecodeParams& p = args.params;
   const int lane = threadIdx.x & 31;
   const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
@@ -117,7 +114,6 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
   const int num_splits = plan.num_splits(batch_index);
   if (num_splits == 1) return;
-  if constexpr (kFast) ptx::wait_for_preceding_grid();
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
@@ -179,9 +175,10 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   if (lane == 0 && column0 == 0) *lse_out = lse_final;
 }
 
-// The combine for few rows and many splits (small batches): one warp per (sequence, kv head,
+// kFast's combine when sequences split many ways (small batches): one warp per (sequence, kv head,
 // row, 8 output columns), lanes striding over the splits, then a butterfly sum across the warp.
-// Launched as a programmatically dependent grid, like the fast quarter-row combine.
+// Launched as a programmatically dependent grid: it may start launching while the split-KV kernel
+// finishes, and waits (griddepcontrol.wait) before reading the partials.
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_split_parallel_kernel(const __grid_constant__ DecodeKernelArgs args) {
   constexpr int kColumns = 8;
@@ -270,15 +267,17 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
 
 void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream) {
   const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
-  if (!fast) {
+  // kFast, when sequences are expected to split many ways and rows are few: lanes over splits.
+  const bool split_parallel =
+      fast && args.shape.num_parts >= kSplitParallelCombineMinPartsPerSeq * args.params.batch &&
+      int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
+  if (!split_parallel) {
     const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
-    mla_decode_combine_kernel<false><<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
+    mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
     MLA_CHECK_LAUNCH("mla_decode_combine");
     return;
   }
-  // Few rows in all (small batches, where sequences split many ways): lanes over the splits.
-  const bool split_parallel = int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
-  const int warps = split_parallel ? rows * (kDimV / 8) : rows * 4;
+  const int warps = rows * (kDimV / 8);
   cudaLaunchConfig_t config = {};
   config.gridDim =
       dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
@@ -289,12 +288,8 @@ void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  if (split_parallel) {
-    MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_split_parallel_kernel, args));
-  } else {
-    MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_kernel<true>, args));
-  }
-  MLA_CHECK_LAUNCH("mla_decode_combine (programmatic dependent launch)");
+  MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_split_parallel_kernel, args));
+  MLA_CHECK_LAUNCH("mla_decode_combine_split_parallel (programmatic dependent launch)");
 }
 
 }  // namespace decode

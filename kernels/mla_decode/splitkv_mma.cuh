@@ -1,6 +1,6 @@
 // The mma.sync MLA decode kernel for tiles of 16 query rows: split-KV over the plan's pieces, a
-// two-stage TMA page pipeline (page_tma.cuh), ldmatrix + mma.sync m16n8k16. kFast adds the early
-// trigger of the programmatically dependent combine. Included only by instantiations/rows16.cu.
+// two-stage TMA page pipeline (page_tma.cuh), ldmatrix + mma.sync m16n8k16. Included only by
+// instantiations/rows16.cu.
 //
 // Layout of work and shared memory: see config.h. The subtle parts:
 // - Tokens past a sequence's end never reach P·V as garbage (0 · NaN would be NaN even with
@@ -34,7 +34,7 @@ __device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
   return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-template <int kRowsPerTile, bool kFast>
+template <int kRowsPerTile>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   using Cfg = TileConfig<kRowsPerTile>;
@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMO = Cfg::kMTilesO;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SharedStorage<kRowsPerTile>*>(smem_raw);
-  if constexpr (kFast) ptx::launch_dependents();  // the combine may start launching
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
@@ -327,10 +326,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kRowsPerTile, bool kFast>
+template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SharedStorage<kRowsPerTile>);
-  auto* kernel = &mla_decode_splitkv_mma_kernel<kRowsPerTile, kFast>;
+  auto* kernel = &mla_decode_splitkv_mma_kernel<kRowsPerTile>;
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(

@@ -28,8 +28,9 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); today the same bodies with the combine
-// launched as a programmatically dependent grid, split-parallel for small batches.
+// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies, with a
+// split-parallel combine launched as a programmatically dependent grid when sequences split many
+// ways (small batches).
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
 
