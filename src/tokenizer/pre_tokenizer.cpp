@@ -6,10 +6,38 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "tokenizer/unicode_additions.h"
 #include "tokenizer/utf8.h"
 
 namespace mla::tokenizer {
+
+bool replace_newer_characters(std::string_view text, std::string& out) {
+  const std::span<const NewerCharacterRange> ranges = newer_character_ranges();
+  bool replaced = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const int length = utf8_prefix_at(text, pos).needed;
+    // Every newer character is at or above U+0800, so one- and two-byte ones are skipped cheaply.
+    if (length >= 3) {
+      const char32_t code_point = decode_utf8_at(text, pos, length);
+      const auto range = std::upper_bound(
+          ranges.begin(), ranges.end(), code_point,
+          [](char32_t value, const NewerCharacterRange& entry) { return value < entry.first; });
+      if (range != ranges.begin() && code_point <= std::prev(range)->last) {
+        if (!replaced) out.assign(text);
+        replaced = true;
+        std::string stand_in;
+        append_utf8(stand_in, std::prev(range)->stand_in);
+        out.replace(pos, stand_in.size(), stand_in);
+      }
+    }
+    pos += length;
+  }
+  return replaced;
+}
 
 std::string with_unicode_white_space(std::string_view pattern) {
   std::string result;
@@ -87,14 +115,20 @@ void SplitRegex::split_isolated(std::string_view text,
 }
 
 std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
+  std::string with_stand_ins;
+  const std::string_view subject =
+      replace_newer_characters(text, with_stand_ins) ? std::string_view(with_stand_ins) : text;
   std::vector<std::string_view> pieces;
-  if (!text.empty()) pieces.push_back(text);
+  if (!subject.empty()) pieces.push_back(subject);
   std::vector<std::string_view> next;
   for (const SplitRegex& regex : splits_) {
     next.clear();
     for (std::string_view piece : pieces) regex.split_isolated(piece, next);
     pieces.swap(next);
   }
+  // Pieces of the copy become the same stretches of the original.
+  for (std::string_view& piece : pieces)
+    piece = text.substr(static_cast<size_t>(piece.data() - subject.data()), piece.size());
   return pieces;
 }
 

@@ -1,6 +1,7 @@
 // The tokenizer's parts on their own: UTF-8 validation and lossy decoding (against the Unicode
-// Standard's own example), the incomplete tail, the byte-level alphabet, the `\s` rewrite for
-// PCRE2, and the BPE merge order on a tiny synthetic tokenizer.
+// Standard's own example), the incomplete tail, the byte-level alphabet, the `\s` rewrite and the
+// stand-ins for characters newer than PCRE2's Unicode, and the BPE merge order on a tiny
+// synthetic tokenizer.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,6 +9,7 @@
 #include "tests/cpu/tokenizer_test_support.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/unicode_additions.h"
 #include "tokenizer/utf8.h"
 
 namespace mla::tokenizer {
@@ -66,6 +68,24 @@ TEST(PreTokenizer, WhiteSpaceEscapesAreRewrittenOutsideEscapedBackslashes) {
   EXPECT_EQ(with_unicode_white_space("\\s+(?!\\S)"), "\\p{White_Space}+(?!\\P{White_Space})");
   EXPECT_EQ(with_unicode_white_space("[^\\s\\d]"), "[^\\p{White_Space}\\d]");
   EXPECT_EQ(with_unicode_white_space("\\\\s"), "\\\\s");  // a backslash, then 's'
+}
+
+TEST(PreTokenizer, NewerCharactersGetStandInsOfTheSameLength) {
+  std::string out = "untouched";
+  EXPECT_FALSE(replace_newer_characters("plain text, 中文, 😀", out));
+  EXPECT_EQ(out, "untouched");
+  // U+1FAE8 (So, Unicode 15) and U+105C0 (Lo, Unicode 16) inside older text.
+  const std::string text =
+      "a\xF0\x9F\xAB\xA8"
+      "b\xF0\x90\x97\x80";
+  ASSERT_TRUE(replace_newer_characters(text, out));
+  ASSERT_EQ(out.size(), text.size());
+  EXPECT_EQ(out.substr(0, 1), "a");
+  EXPECT_EQ(out.substr(5, 1), "b");
+  EXPECT_NE(out.substr(1, 4), text.substr(1, 4));
+  EXPECT_EQ(find_invalid_utf8(out), std::nullopt);
+  const auto ranges = newer_character_ranges();
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LT(ranges[i - 1].last, ranges[i].first);
 }
 
 TEST(PreTokenizer, IsolatedSplitKeepsMatchesAndGaps) {

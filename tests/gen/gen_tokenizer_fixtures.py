@@ -150,6 +150,8 @@ CORPUS = [
     "1️⃣ #️⃣ *️⃣ keycaps",
     "❤️ ❤ ☺️ ✌🏼",
     "emoji🙂glued🙃together",
+    "newer emoji: Hi 🫨! 🩷🪿🫎 and 🫩🫆, after Unicode 14",
+    "newer scripts: \U000105c0\U000105c1 a\U000105c2 \u1b4e\u1b4f x \u2ffc\u31ef!",
     "<｜begin▁of▁sentence｜>",
     "<｜begin▁of▁sentence｜>Hello<｜end▁of▁sentence｜>",
     "<｜User｜>What is 2+2?<｜Assistant｜>4<｜end▁of▁sentence｜>",
