@@ -31,8 +31,9 @@ if(NOT CLI11_FOUND)
   mla_header_only_fallback(CLI11::CLI11 "CLI/CLI.hpp")
 endif()
 
-# PCRE2 (8-bit code units; the tokenizer compiles its regexes with UTF + UCP): pkg-config on a
-# machine set up by setup-deps.sh, else the static library and header of the bundle.
+# PCRE2 10.40 or later (8-bit code units; the tokenizer compiles its regexes with UTF + UCP and
+# uses \p{White_Space}): pkg-config on a machine set up by setup-deps.sh, else the library and
+# header found on the system or in the bundle (MLA_DEPS_DIR/include, MLA_DEPS_DIR/lib).
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET GLOBAL libpcre2-8)

@@ -20,9 +20,8 @@ bool replace_newer_characters(std::string_view text, std::string& out) {
   size_t pos = 0;
   while (pos < text.size()) {
     const int length = utf8_prefix_at(text, pos).needed;
-    // Every newer character is at or above U+0800, so one- and two-byte ones are skipped cheaply.
-    if (length >= 3) {
-      const char32_t code_point = decode_utf8_at(text, pos, length);
+    const char32_t code_point = decode_utf8_at(text, pos, length);
+    if (code_point >= ranges.front().first) {
       const auto range = std::upper_bound(
           ranges.begin(), ranges.end(), code_point,
           [](char32_t value, const NewerCharacterRange& entry) { return value < entry.first; });

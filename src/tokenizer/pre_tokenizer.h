@@ -2,9 +2,10 @@
 // BPE encodes one by one, each regex applied to every piece the previous ones left.
 //
 // The subtle things: each regex sees only its piece, never the text around it (so a lookahead
-// such as `\s+(?!\S)` stops at the piece's end), and `\s`/`\S` are rewritten to Unicode's
-// White_Space, which is what the reference (Oniguruma) means by them; PCRE2's own `\s` also
-// matches U+180E MONGOLIAN VOWEL SEPARATOR and would split some text differently.
+// such as `\s+(?!\S)` stops at the piece's end); and two gaps between PCRE2 and the reference's
+// Oniguruma are bridged: `\s`/`\S` are rewritten to Unicode's White_Space (PCRE2's own `\s` also
+// matches U+180E MONGOLIAN VOWEL SEPARATOR), and characters newer than PCRE2's Unicode tables are
+// matched through stand-ins (unicode_additions.h).
 #pragma once
 
 #include <memory>
@@ -19,6 +20,11 @@ namespace mla::tokenizer {
 // `pattern` with every `\s` and `\S` (outside and inside character classes) spelt as
 // `\p{White_Space}` and `\P{White_Space}`.
 std::string with_unicode_white_space(std::string_view pattern);
+
+// When `text` (valid UTF-8) holds characters newer than PCRE2's Unicode tables
+// (unicode_additions.h), `out` becomes a copy with each replaced by its stand-in and the result
+// is true; otherwise `out` is left alone and the result is false.
+bool replace_newer_characters(std::string_view text, std::string& out);
 
 class SplitRegex {
  public:

@@ -11,8 +11,6 @@
 #pragma once
 
 #include <span>
-#include <string>
-#include <string_view>
 
 namespace mla::tokenizer {
 
@@ -22,11 +20,8 @@ struct NewerCharacterRange {
   char32_t stand_in;  // same general category and UTF-8 length, known to Unicode 14.0
 };
 
-// Sorted by code point, non-overlapping (generated: unicode_additions.cpp).
+// Sorted by code point, non-overlapping (generated: unicode_additions.cpp). The replacement
+// itself is replace_newer_characters in pre_tokenizer.h.
 std::span<const NewerCharacterRange> newer_character_ranges();
-
-// When `text` (valid UTF-8) holds such characters, `out` becomes a copy with each replaced by its
-// stand-in, and the result is true; otherwise `out` is left alone and the result is false.
-bool replace_newer_characters(std::string_view text, std::string& out);
 
 }  // namespace mla::tokenizer
