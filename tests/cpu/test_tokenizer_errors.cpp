@@ -27,7 +27,8 @@ std::string load_error(const std::string& path) {
 std::string error_after(const std::function<void(json&)>& edit) {
   json file = testing::tiny_tokenizer_json();
   edit(file);
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   testing::write_file(dir / "tokenizer.json", file.dump());
   return load_error((dir / "tokenizer.json").string());
 }
@@ -37,7 +38,8 @@ std::string error_after(const std::function<void(json&)>& edit) {
 
 TEST(TokenizerErrors, TinyTokenizerLoadsAndRoundTrips) {
   EXPECT_EQ(error_after([](json&) {}), "");
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   testing::write_file(dir / "tokenizer.json", testing::tiny_tokenizer_json().dump());
   const Tokenizer tokenizer = Tokenizer::load(dir.string());
   EXPECT_EQ(tokenizer.decode(tokenizer.encode("abc <s> x", false)), "abc <s> x");
@@ -52,12 +54,14 @@ TEST(TokenizerErrors, TinyTokenizerLoadsAndRoundTrips) {
 
 TEST(TokenizerErrors, MissingFileOrDirectory) {
   EXPECT_MESSAGE_HAS(load_error("/nonexistent/model"), "'/nonexistent/model' does not exist");
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   EXPECT_MESSAGE_HAS(load_error(dir.string()), "no tokenizer.json in the directory");
 }
 
 TEST(TokenizerErrors, MalformedJson) {
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   testing::write_file(dir / "tokenizer.json", "{\"model\": {\"type\": \"BPE\",");
   const std::string message = load_error(dir.string());
   EXPECT_MESSAGE_HAS(message, "tokenizer.json' is not valid JSON");
@@ -134,7 +138,8 @@ TEST(TokenizerErrors, UnsupportedSettingsNameTheirField) {
 }
 
 TEST(TokenizerErrors, ConfigTokensMustExist) {
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   testing::write_file(dir / "tokenizer.json", testing::tiny_tokenizer_json().dump());
   testing::write_file(dir / "tokenizer_config.json",
                       R"({"add_bos_token": true, "bos_token": {"content": "<bos>"}})");

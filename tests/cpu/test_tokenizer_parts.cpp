@@ -107,7 +107,8 @@ TEST(PreTokenizer, BadRegexNamesTheField) {
 TEST(Bpe, LowestRankMergesFirstAndEqualPairsMergeLeftFirst) {
   // Merges by rank: "a a" (0), "b c" (1), "aa b" (2). "aaa" merges its left pair first;
   // in "abc", "b c" outranks any merge with 'a'.
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   testing::write_file(dir / "tokenizer.json",
                       testing::tiny_tokenizer_json({{"a", "a"}, {"b", "c"}, {"aa", "b"}}).dump());
   const Tokenizer tokenizer = Tokenizer::load(dir.string());

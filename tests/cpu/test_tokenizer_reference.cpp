@@ -88,7 +88,8 @@ TEST(TokenizerReference, AddedTokensHonourLstripRstripAndPassOrder) {
   nlohmann::json file = nlohmann::json::parse(
       std::ifstream(std::filesystem::path(testing::kDeepSeekV3Dir) / "tokenizer.json"));
   for (const auto& token : extra["tokens"]) file["added_tokens"].push_back(token);
-  const std::filesystem::path dir = testing::scratch_dir();
+  const testing::ScratchDir scratch;
+  const std::filesystem::path& dir = scratch.path();
   testing::write_file(dir / "tokenizer.json", file.dump());
   const Tokenizer tokenizer = Tokenizer::load(dir.string());
   for (const auto& entry : extra["cases"]) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -35,16 +37,27 @@ inline std::vector<int32_t> ids_of(const nlohmann::json& array) {
   return array.get<std::vector<int32_t>>();
 }
 
-// A fresh directory under the system's temporary folder, named after the running test.
-inline std::filesystem::path scratch_dir() {
-  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      (std::string("mla-tokenizer-") + test->test_suite_name() + "-" + test->name());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// A fresh directory under the system's temporary folder, named after the running test and the
+// process, removed with everything in it when the object goes.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            (std::string("mla-tokenizer-") + test->test_suite_name() + "-" + test->name() + "-" +
+             std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 inline void write_file(const std::filesystem::path& path, const std::string& contents) {
   std::ofstream file(path, std::ios::binary);
