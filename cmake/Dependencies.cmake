@@ -31,6 +31,27 @@ if(NOT CLI11_FOUND)
   mla_header_only_fallback(CLI11::CLI11 "CLI/CLI.hpp")
 endif()
 
+# PCRE2 10.40 or later (8-bit code units; the tokenizer compiles its regexes with UTF + UCP and
+# uses \p{White_Space}): pkg-config on a machine set up by setup-deps.sh, else the library and
+# header found on the system or in the bundle (MLA_DEPS_DIR/include, MLA_DEPS_DIR/lib).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET GLOBAL libpcre2-8)
+endif()
+if(PCRE2_FOUND)
+  add_library(PCRE2::pcre2-8 ALIAS PkgConfig::PCRE2)
+else()
+  find_path(MLA_PCRE2_INCLUDE_DIR pcre2.h HINTS "${MLA_DEPS_DIR}/include")
+  find_library(MLA_PCRE2_LIBRARY NAMES pcre2-8 HINTS "${MLA_DEPS_DIR}/lib")
+  if(NOT MLA_PCRE2_INCLUDE_DIR OR NOT MLA_PCRE2_LIBRARY)
+    message(FATAL_ERROR "PCRE2 (libpcre2-8) not found: run scripts/setup-deps.sh (or pass MLA_DEPS_DIR)")
+  endif()
+  add_library(PCRE2::pcre2-8 UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(PCRE2::pcre2-8 PROPERTIES IMPORTED_LOCATION "${MLA_PCRE2_LIBRARY}"
+                        INTERFACE_INCLUDE_DIRECTORIES "${MLA_PCRE2_INCLUDE_DIR}")
+  message(STATUS "mla.cpp: PCRE2 at ${MLA_PCRE2_LIBRARY}")
+endif()
+
 if(MLA_BUILD_TESTS)
   find_package(GTest QUIET)
   if(NOT GTest_FOUND)

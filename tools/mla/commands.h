@@ -8,5 +8,6 @@ namespace mla::tools {
 void add_demo_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace mla::tools
