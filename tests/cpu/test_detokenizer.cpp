@@ -65,8 +65,8 @@ TEST(StreamingDetokenizer, PiecesConcatenateToDecodeForEveryFixtureCase) {
   }
   for (const auto& entry : fixture()["decode"]) {
     SCOPED_TRACE(entry["ids"].dump());
-    EXPECT_EQ(stream(ids_of(entry["ids"]), false), entry["text"]);
-    EXPECT_EQ(stream(ids_of(entry["ids"]), true), entry["text_skip_special"]);
+    EXPECT_EQ(stream(ids_of(entry["ids"]), false), entry["text"].get<std::string>());
+    EXPECT_EQ(stream(ids_of(entry["ids"]), true), entry["text_skip_special"].get<std::string>());
   }
 }
 

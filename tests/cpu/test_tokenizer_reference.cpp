@@ -20,7 +20,7 @@ using testing::fixture;
 using testing::ids_of;
 
 TEST(TokenizerReference, FixtureIsForThisTokenizer) {
-  EXPECT_EQ(fixture()["tokenizer_json_sha256"],
+  EXPECT_EQ(fixture()["tokenizer_json_sha256"].get<std::string>(),
             "621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41");
   EXPECT_EQ(deepseek_v3().vocab_size(), 128815);
   EXPECT_EQ(deepseek_v3().bos_id(), 0);
@@ -47,14 +47,15 @@ TEST(TokenizerReference, DecodeMatchesAndRoundTrips) {
     const std::string text = entry["text"];
     SCOPED_TRACE(text.substr(0, 80));
     const std::vector<int32_t> ids = ids_of(entry["ids"]);
-    EXPECT_EQ(tokenizer.decode(ids), entry["decoded"]);
-    EXPECT_EQ(tokenizer.decode(ids, true), entry["decoded_skip_special"]);
+    EXPECT_EQ(tokenizer.decode(ids), entry["decoded"].get<std::string>());
+    EXPECT_EQ(tokenizer.decode(ids, true), entry["decoded_skip_special"].get<std::string>());
     EXPECT_EQ(tokenizer.decode(tokenizer.encode(text, false)), text);
   }
   for (const auto& entry : fixture()["decode"]) {
     SCOPED_TRACE(entry["ids"].dump());
-    EXPECT_EQ(tokenizer.decode(ids_of(entry["ids"])), entry["text"]);
-    EXPECT_EQ(tokenizer.decode(ids_of(entry["ids"]), true), entry["text_skip_special"]);
+    EXPECT_EQ(tokenizer.decode(ids_of(entry["ids"])), entry["text"].get<std::string>());
+    EXPECT_EQ(tokenizer.decode(ids_of(entry["ids"]), true),
+              entry["text_skip_special"].get<std::string>());
   }
 }
 
@@ -67,7 +68,7 @@ TEST(TokenizerReference, ChatTemplateRendersAsJinja) {
       messages.push_back({message["role"], message["content"]});
     SCOPED_TRACE(entry["messages"].dump());
     const std::string text = chat.render(messages, entry["add_generation_prompt"]);
-    EXPECT_EQ(text, entry["text"]);
+    EXPECT_EQ(text, entry["text"].get<std::string>());
     // The template writes BOS itself, so the prompt is encoded without adding another.
     EXPECT_EQ(tokenizer.encode(text, false), ids_of(entry["ids"]));
   }
