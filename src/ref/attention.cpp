@@ -9,7 +9,10 @@
 namespace mla::ref {
 
 void attention(const AttentionArgs& args) {
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+  // Parallel only when there is enough work (see ops.cpp).
+  const bool parallel =
+      args.q_count * args.heads * args.k_count * (args.head_dim_qk + args.head_dim_v) >= (1 << 20);
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (parallel)
   for (int64_t i = 0; i < args.q_count; ++i) {
     for (int64_t h = 0; h < args.heads; ++h) {
       const int64_t visible =

@@ -5,6 +5,13 @@
 #include <vector>
 
 namespace mla::ref {
+namespace {
+
+// Below about a million multiply-adds a parallel region costs more than it saves (and with more
+// threads than free cores, spinning OpenMP threads cost far more): stay on one thread.
+constexpr int64_t kParallelWork = int64_t(1) << 20;
+
+}  // namespace
 
 void rms_norm(const float* x, int64_t x_stride, const float* weight, int64_t rows, int64_t cols,
               float eps, float* out, int64_t out_stride) {
@@ -21,7 +28,8 @@ void rms_norm(const float* x, int64_t x_stride, const float* weight, int64_t row
 
 void linear(const float* x, int64_t x_stride, const float* weight, int64_t rows, int64_t in,
             int64_t out_features, float* out, int64_t out_stride) {
-#pragma omp parallel for collapse(2) schedule(static)
+  const bool parallel = rows * in * out_features >= kParallelWork;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out_features; ++o) {
       const float* row = x + r * x_stride;
@@ -41,7 +49,8 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* out) {
 }
 
 void head_matmul(const HeadMatmulArgs& args) {
-#pragma omp parallel for collapse(2) schedule(static)
+  const bool parallel = args.tokens * args.heads * args.k * args.n >= kParallelWork;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int64_t t = 0; t < args.tokens; ++t) {
     for (int64_t h = 0; h < args.heads; ++h) {
       const float* a = args.a + t * args.a_token_stride + h * args.a_head_stride;
