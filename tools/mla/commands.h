@@ -8,5 +8,7 @@ namespace mla::tools {
 void add_demo_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace mla::tools
