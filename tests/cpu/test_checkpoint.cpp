@@ -164,6 +164,30 @@ TEST_F(CheckpointTest, TinyModelLoadsAndRuns) {
   EXPECT_EQ(model::generate(*model, prompt, options).ids.size(), 4u);
 }
 
+// tie_word_embeddings: no lm_head.weight, the embedding matrix serves; same logits as an untied
+// checkpoint whose lm_head is a copy of it.
+TEST_F(CheckpointTest, TiedEmbeddings) {
+  std::vector<FakeTensor> weights = tiny_weights();
+  weights[2].bytes = weights[0].bytes;  // lm_head := embed_tokens
+  write_model(weights);
+  auto logits_of = [&] {
+    model::CpuBackend backend;
+    auto model = model::Model::load(dir_.string(), backend);
+    model::SequenceRunner sequence(*model, 8);
+    const std::vector<int32_t> prompt = {4, 1, 15};
+    return sequence.feed(prompt, true);
+  };
+  const std::vector<float> untied = logits_of();
+  weights.erase(weights.begin() + 2);
+  nlohmann::json config = tiny_config();
+  config["tie_word_embeddings"] = true;
+  write_model(weights, config);
+  EXPECT_EQ(logits_of(), untied);
+  config["tie_word_embeddings"] = false;
+  write_model(weights, config);
+  EXPECT_MENTIONS(load_error(), "'lm_head.weight' is missing");
+}
+
 TEST_F(CheckpointTest, MissingDirectory) {
   const std::string message = [&] {
     try {
@@ -280,7 +304,7 @@ TEST_F(CheckpointTest, TruncatedDataNamesTheTensor) {
   const std::string header = header_json(weights);
   std::vector<uint8_t> data;
   for (const FakeTensor& t : weights) data.insert(data.end(), t.bytes.begin(), t.bytes.end());
-  data.resize(data.size() - 10);
+  data.erase(data.end() - 10, data.end());  // the last tensor loses its last 10 bytes
   write_config(tiny_config());
   write_raw(dir_ / "model.safetensors", header, data, header.size());
   const std::string message = load_error();
