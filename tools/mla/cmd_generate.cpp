@@ -94,17 +94,23 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, e.g. 1,2,3")
       ->required();
   command->add_option("--max-tokens", options->generate.max_tokens, "Tokens to generate")
-      ->check(CLI::Range(0, 1 << 20));
-  command->add_option("--temperature", options->generate.sampling.temperature,
-                      "0 (default): greedy");
-  command->add_option("--top-p", options->generate.sampling.top_p, "Nucleus sampling mass");
-  command->add_option("--top-k", options->generate.sampling.top_k, "0: no limit");
-  command->add_option("--seed", options->generate.sampling.seed, "Sampling seed");
-  command->add_option("--backend", options->backend, "cpu (the only one so far)");
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  command->add_option("--temperature", options->generate.sampling.temperature, "0: greedy")
+      ->capture_default_str();
+  command->add_option("--top-p", options->generate.sampling.top_p, "Nucleus sampling mass")
+      ->capture_default_str();
+  command->add_option("--top-k", options->generate.sampling.top_k, "0: no limit")
+      ->capture_default_str();
+  command->add_option("--seed", options->generate.sampling.seed, "Sampling seed")
+      ->capture_default_str();
+  command->add_option("--backend", options->backend, "cpu (the only one so far)")
+      ->capture_default_str();
   command
       ->add_option("--prefill-chunk", options->generate.prefill_chunk,
                    "Prompt tokens per step (chunked prefill); 0: all at once")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_flag("--token-by-token", options->generate.token_by_token,
                     "Feed the prompt one token per step (the absorbed decode path)");
   command->add_flag("--ignore-eos", options->generate.ignore_eos, "Do not stop at eos");
