@@ -63,7 +63,9 @@ Architecture parse_architecture(const nlohmann::json& json, const std::string& s
   std::string listed = "none";
   if (json.contains("architectures") && json["architectures"].is_array()) {
     listed = json["architectures"].dump();
-    for (const auto& name : json["architectures"]) {
+    for (const auto& entry : json["architectures"]) {
+      // Compared as std::string: json == "..." is ambiguous in C++20 with newer nlohmann_json.
+      const std::string name = entry.is_string() ? entry.get<std::string>() : std::string();
       if (name == "DeepseekV2ForCausalLM") return Architecture::kDeepseekV2;
       if (name == "DeepseekV3ForCausalLM") return Architecture::kDeepseekV3;
     }
