@@ -47,7 +47,10 @@ void mla_decode(const MlaDecodeInputs<T>& in, float* out, float* lse) {
         for (int d = 0; d < d_qk; ++d) keys[size_t(t) * d_qk + d] = to_float(src[d]);
       }
       const int num_rows = in.seqlen_q * heads_per_kv;
-#pragma omp parallel for schedule(dynamic, 1)
+      // Threads only pay off above about a million multiply-adds (one token of a tiny model's
+      // decode is far below, and spinning threads then cost more than the work).
+      const bool parallel = int64_t(num_rows) * seqlen * (d_qk + d_v) >= (int64_t(1) << 20);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
       for (int row = 0; row < num_rows; ++row) {
         const int s = row / heads_per_kv;
         const int head = kv_head * heads_per_kv + row % heads_per_kv;

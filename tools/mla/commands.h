@@ -9,5 +9,7 @@ void add_demo_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace mla::tools

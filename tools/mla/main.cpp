@@ -1,5 +1,5 @@
-// mla: one program, many subcommands (demo, bench, info, tokenize). Errors a user can act on print
-// one line and exit 1.
+// mla: one program, many subcommands (demo, bench, info, tokenize, inspect, generate). Errors a
+// user can act on print one line and exit 1.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   mla::tools::add_bench_command(app);
   mla::tools::add_info_command(app);
   mla::tools::add_tokenize_command(app);
+  mla::tools::add_inspect_command(app);
+  mla::tools::add_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,107 @@
+// The Backend interface: every op the DeepSeek model runs, over tensors in the backend's memory.
+// The CPU backend (cpu_backend.h) implements it over src/ref; a CUDA backend implements the same
+// ops with kernels and cuBLAS, and the model code does not change.
+//
+// Shape of the contract: the model allocates every output through allocate() and passes it in, so
+// a backend never allocates behind the model's back (a GPU backend can use an arena reset per
+// step). Per-step metadata (token ids, positions, slots, the decode rows' block tables and
+// lengths) arrives once, in begin_step(), which is where a GPU backend uploads it and computes the
+// decode op's split plan; every layer's ops then read it from there. Spans and gather lists of
+// the prefill path are members of that same StepPlan and are passed by reference.
+// Shapes below: T = plan.num_tokens; every tensor's innermost dimension is contiguous.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "model/step_plan.h"
+#include "model/tensor.h"
+#include "ref/moe_routing.h"
+
+namespace mla::model {
+
+// The routed experts of one MoE layer, one matrix per expert as checkpoints store them.
+struct ExpertWeights {
+  std::vector<Tensor> gate_proj;  // [moe_intermediate_size, hidden] each
+  std::vector<Tensor> up_proj;    // [moe_intermediate_size, hidden]
+  std::vector<Tensor> down_proj;  // [hidden, moe_intermediate_size]
+};
+
+// RoPE frequencies (ref::rope_inverse_frequencies) and the YaRN cos/sin factor.
+struct RopeTable {
+  std::vector<float> inv_freq;  // [rotary_dim / 2]
+  float cos_sin_scale = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // --- Memory.
+  virtual Tensor allocate(DType dtype, std::initializer_list<int64_t> shape) = 0;
+  // A checkpoint weight, given as fp32 host values; the backend stores it in its own format.
+  virtual Tensor upload_weight(const std::string& name, std::vector<float> values,
+                               std::initializer_list<int64_t> shape) = 0;
+  virtual void fill(Tensor& dst, float value) = 0;
+  // Copies a tensor (any strides) to host memory, densely, in row-major order.
+  virtual void copy_to_host(const Tensor& src, float* dst) = 0;
+
+  // --- Once per step, before any op of the step.
+  virtual void begin_step(const StepPlan& plan) = 0;
+
+  // --- Dense ops.
+  // out [T, hidden] = table[plan.token_ids].
+  virtual void embedding(const Tensor& table, Tensor& out) = 0;
+  // out [rows, d] = x / rms(x) · weight [d].
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // out [rows, out_features] = x [rows, in] · weightᵀ, weight [out_features, in].
+  virtual void linear(const Tensor& x, const Tensor& weight, Tensor& out) = 0;
+  // x += y (same shape).
+  virtual void add(Tensor& x, const Tensor& y) = 0;
+  // out = silu(gate) · up (same shapes).
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // dst = src (same shape; src may broadcast with stride 0).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // out [rows.size(), d] = x [.., d] rows `rows` (plan.logit_rows).
+  virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+  // In place: x [T, heads, rotary_dim] or [T, rotary_dim], rotated by plan.positions.
+  virtual void rope(Tensor& x, const RopeTable& rope) = 0;
+
+  // --- MLA.
+  // cache [num_pages, page_size, latent_dim] at plan.slot_mapping[t] = latent [T, latent_dim][t].
+  virtual void write_latent_cache(const Tensor& latent, Tensor& cache) = 0;
+  // out [slots.size(), latent_dim] = the cache's latents at `slots`.
+  virtual void gather_latent_cache(const Tensor& cache, const std::vector<int64_t>& slots,
+                                   Tensor& out) = 0;
+  // Per-head matmul, all heads in one call (ref::head_matmul): a [t, h, k]; b [h, k, n] (or
+  // [h, n, k] with transpose_b); out [t, h, n]. b is a strided view (W_UK, W_UV of kv_b_proj).
+  virtual void head_matmul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& out) = 0;
+  // The decode op over the paged latent cache for the decode rows of the plan:
+  // q [num_decode, heads, latent_dim], out [num_decode, heads, kv_lora_rank], lse [num_decode,
+  // heads]. d_v = kv_lora_rank: V is the first kv_lora_rank columns of the cached latent.
+  virtual void mla_decode(const Tensor& q, const Tensor& cache, int head_dim_v, float softmax_scale,
+                          Tensor& out, Tensor& lse) = 0;
+  // Attention with LSE for each span (ref::attention): q [rows, heads, d_qk], k [keys, heads,
+  // d_qk], v [keys, heads, d_v]; out [rows, heads, d_v], lse [rows, heads]. Rows no span covers
+  // get out = 0, lse = -inf.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const std::vector<AttentionSpan>& spans, float softmax_scale, Tensor& out,
+                         Tensor& lse) = 0;
+  // Merges part (out [rows, heads, d_v], lse [rows, heads]) into (out, lse) by log-sum-exp.
+  virtual void merge_attention(Tensor& out, Tensor& lse, const Tensor& part_out,
+                               const Tensor& part_lse) = 0;
+
+  // --- MoE.
+  // router_logits [T, experts] fp32; correction_bias [experts] or empty; expert_ids [T, top_k]
+  // i32, expert_weights [T, top_k] fp32.
+  virtual void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
+                         const ref::MoeRoutingParams& params, Tensor& expert_ids,
+                         Tensor& expert_weights) = 0;
+  // out [T, hidden] = Σ_k expert_weights[t][k] · expert_{ids[t][k]}(x[t]).
+  virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                           const ExpertWeights& experts, Tensor& out) = 0;
+};
+
+}  // namespace mla::model

@@ -1,0 +1,203 @@
+// Model loading and the forward step; the MLA layer itself is in mla_attention.cpp.
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "ref/rope.h"
+
+namespace mla::model {
+namespace {
+
+using weights::Checkpoint;
+
+Tensor load_weight(const Checkpoint& checkpoint, Backend& backend, const std::string& name,
+                   std::initializer_list<int64_t> shape) {
+  return backend.upload_weight(name, checkpoint.read_f32(name, std::vector<int64_t>(shape)), shape);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, Backend& backend,
+                                   const ModelOptions& options) {
+  const Checkpoint checkpoint = Checkpoint::open(model_dir);
+  return std::make_unique<Model>(checkpoint, backend, options);
+}
+
+Model::Model(const Checkpoint& checkpoint, Backend& backend, const ModelOptions& options)
+    : config_(checkpoint.config()), options_(options), backend_(backend) {
+  if (options_.context_chunk_tokens <= 0)
+    throw_error("model options: context_chunk_tokens must be positive, got {}",
+                options_.context_chunk_tokens);
+  const weights::ModelConfig& c = config_;
+  const int64_t vocab = c.vocab_size;
+  const int64_t hidden = c.hidden_size;
+  embed_tokens_ = load_weight(checkpoint, backend_, "model.embed_tokens.weight", {vocab, hidden});
+  final_norm_ = load_weight(checkpoint, backend_, "model.norm.weight", {hidden});
+  lm_head_ = c.tie_word_embeddings
+                 ? embed_tokens_
+                 : load_weight(checkpoint, backend_, "lm_head.weight", {vocab, hidden});
+  layers_.resize(c.num_hidden_layers);
+  for (int i = 0; i < c.num_hidden_layers; ++i) load_layer(checkpoint, i);
+
+  ref::RopeParams rope;
+  rope.rotary_dim = c.qk_rope_head_dim;
+  rope.theta = c.rope_theta;
+  rope.yarn = c.rope_scaling.yarn;
+  rope.factor = c.rope_scaling.factor;
+  rope.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  rope.beta_fast = c.rope_scaling.beta_fast;
+  rope.beta_slow = c.rope_scaling.beta_slow;
+  rope_.inv_freq = ref::rope_inverse_frequencies(rope);
+  rope_.cos_sin_scale = static_cast<float>(c.rope_cos_sin_scale());
+  softmax_scale_ = static_cast<float>(c.softmax_scale());
+
+  routing_.num_experts = c.n_routed_experts;
+  routing_.top_k = c.num_experts_per_tok;
+  routing_.n_group = c.n_group;
+  routing_.topk_group = c.topk_group;
+  routing_.scoring = c.scoring_func == weights::ScoringFunc::kSoftmax ? ref::MoeScoring::kSoftmax
+                                                                      : ref::MoeScoring::kSigmoid;
+  routing_.method = c.topk_method == weights::TopkMethod::kGreedy ? ref::MoeTopk::kGreedy
+                    : c.topk_method == weights::TopkMethod::kGroupLimitedGreedy
+                        ? ref::MoeTopk::kGroupLimitedGreedy
+                        : ref::MoeTopk::kNoauxTc;
+  routing_.normalize = c.norm_topk_prob;
+  routing_.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  routing_.scale_when_normalized = c.architecture == weights::Architecture::kDeepseekV3;
+}
+
+void Model::load_layer(const Checkpoint& checkpoint, int index) {
+  const weights::ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t heads = c.num_attention_heads;
+  const int64_t qk_head_dim = c.qk_head_dim();
+  const int64_t kv_lora_rank = c.kv_lora_rank;
+  const std::string prefix = fmt::format("model.layers.{}.", index);
+  auto load = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    return load_weight(checkpoint, backend_, prefix + name, shape);
+  };
+  LayerWeights& layer = layers_[index];
+  layer.input_layernorm = load("input_layernorm.weight", {hidden});
+  layer.post_attention_layernorm = load("post_attention_layernorm.weight", {hidden});
+  if (c.q_lora_rank > 0) {
+    layer.q_a_proj = load("self_attn.q_a_proj.weight", {c.q_lora_rank, hidden});
+    layer.q_a_layernorm = load("self_attn.q_a_layernorm.weight", {c.q_lora_rank});
+    layer.q_b_proj = load("self_attn.q_b_proj.weight", {heads * qk_head_dim, c.q_lora_rank});
+  } else {
+    layer.q_proj = load("self_attn.q_proj.weight", {heads * qk_head_dim, hidden});
+  }
+  layer.kv_a_proj_with_mqa =
+      load("self_attn.kv_a_proj_with_mqa.weight", {kv_lora_rank + c.qk_rope_head_dim, hidden});
+  layer.kv_a_layernorm = load("self_attn.kv_a_layernorm.weight", {kv_lora_rank});
+  const int64_t per_head = c.qk_nope_head_dim + c.v_head_dim;
+  layer.kv_b_proj = load("self_attn.kv_b_proj.weight", {heads * per_head, kv_lora_rank});
+  // W_UK and W_UV: strided views into kv_b_proj, nothing copied or multiplied.
+  const Tensor kv_b_heads = layer.kv_b_proj.reshape({heads, per_head, kv_lora_rank});
+  layer.w_uk = kv_b_heads.slice(1, 0, c.qk_nope_head_dim);
+  layer.w_uv = kv_b_heads.slice(1, c.qk_nope_head_dim, c.v_head_dim);
+  layer.o_proj = load("self_attn.o_proj.weight", {hidden, heads * c.v_head_dim});
+
+  layer.is_moe = c.is_moe_layer(index);
+  if (!layer.is_moe) {
+    const int64_t width = c.intermediate_size;
+    layer.gate_proj = load("mlp.gate_proj.weight", {width, hidden});
+    layer.up_proj = load("mlp.up_proj.weight", {width, hidden});
+    layer.down_proj = load("mlp.down_proj.weight", {hidden, width});
+    return;
+  }
+  const int64_t experts = c.n_routed_experts;
+  const int64_t width = c.moe_intermediate_size;
+  layer.router = load("mlp.gate.weight", {experts, hidden});
+  if (c.topk_method == weights::TopkMethod::kNoauxTc)
+    layer.e_score_correction_bias = load("mlp.gate.e_score_correction_bias", {experts});
+  for (int64_t e = 0; e < experts; ++e) {
+    const std::string expert = fmt::format("mlp.experts.{}.", e);
+    layer.experts.gate_proj.push_back(load(expert + "gate_proj.weight", {width, hidden}));
+    layer.experts.up_proj.push_back(load(expert + "up_proj.weight", {width, hidden}));
+    layer.experts.down_proj.push_back(load(expert + "down_proj.weight", {hidden, width}));
+  }
+  if (c.n_shared_experts > 0) {
+    const int64_t shared_width = width * c.n_shared_experts;
+    layer.shared_gate_proj = load("mlp.shared_experts.gate_proj.weight", {shared_width, hidden});
+    layer.shared_up_proj = load("mlp.shared_experts.up_proj.weight", {shared_width, hidden});
+    layer.shared_down_proj = load("mlp.shared_experts.down_proj.weight", {hidden, shared_width});
+  }
+}
+
+LatentCache Model::allocate_cache(int num_pages, int page_size) {
+  if (num_pages <= 0 || page_size <= 0)
+    throw_error("latent cache: need positive pages and page size, got {} pages of {}", num_pages,
+                page_size);
+  LatentCache cache;
+  cache.num_pages = num_pages;
+  cache.page_size = page_size;
+  for (int i = 0; i < config_.num_hidden_layers; ++i)
+    cache.layers.push_back(
+        backend_.allocate(DType::kF32, {num_pages, page_size, config_.latent_dim()}));
+  return cache;
+}
+
+Tensor Model::forward(const ForwardBatch& batch, LatentCache& cache) {
+  MLA_CHECK_EQ(static_cast<int>(cache.layers.size()), config_.num_hidden_layers);
+  const StepPlan plan = make_step_plan(batch, {cache.num_pages, cache.page_size},
+                                       config_.vocab_size, options_.context_chunk_tokens);
+  backend_.begin_step(plan);
+  const int64_t tokens = plan.num_tokens;
+  const int64_t hidden = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+
+  Tensor x = backend_.allocate(DType::kF32, {tokens, hidden});
+  backend_.embedding(embed_tokens_, x);
+  Tensor normed = backend_.allocate(DType::kF32, {tokens, hidden});
+  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+    const LayerWeights& layer = layers_[i];
+    backend_.rms_norm(x, layer.input_layernorm, eps, normed);
+    backend_.add(x, mla_attention(layer, normed, cache.layers[i], plan));
+    backend_.rms_norm(x, layer.post_attention_layernorm, eps, normed);
+    backend_.add(x, layer.is_moe ? moe(layer, normed)
+                                 : mlp(normed, layer.gate_proj, layer.up_proj, layer.down_proj));
+  }
+
+  const int64_t rows = static_cast<int64_t>(plan.logit_rows.size());
+  Tensor selected = backend_.allocate(DType::kF32, {rows, hidden});
+  backend_.gather_rows(x, plan.logit_rows, selected);
+  Tensor final_hidden = backend_.allocate(DType::kF32, {rows, hidden});
+  backend_.rms_norm(selected, final_norm_, eps, final_hidden);
+  Tensor logits = backend_.allocate(DType::kF32, {rows, config_.vocab_size});
+  backend_.linear(final_hidden, lm_head_, logits);
+  return logits;
+}
+
+Tensor Model::mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_proj,
+                  const Tensor& down_proj) {
+  const int64_t tokens = x.shape[0];
+  const int64_t width = gate_proj.shape[0];
+  Tensor gate = backend_.allocate(DType::kF32, {tokens, width});
+  Tensor up = backend_.allocate(DType::kF32, {tokens, width});
+  backend_.linear(x, gate_proj, gate);
+  backend_.linear(x, up_proj, up);
+  backend_.silu_mul(gate, up, gate);
+  Tensor out = backend_.allocate(DType::kF32, {tokens, config_.hidden_size});
+  backend_.linear(gate, down_proj, out);
+  return out;
+}
+
+Tensor Model::moe(const LayerWeights& layer, const Tensor& x) {
+  const int64_t tokens = x.shape[0];
+  const int64_t top_k = config_.num_experts_per_tok;
+  // The router runs in fp32 whatever the backend's storage (as DeepSeek's and HF's code do).
+  Tensor router_logits = backend_.allocate(DType::kF32, {tokens, config_.n_routed_experts});
+  backend_.linear(x, layer.router, router_logits);
+  Tensor expert_ids = backend_.allocate(DType::kI32, {tokens, top_k});
+  Tensor expert_weights = backend_.allocate(DType::kF32, {tokens, top_k});
+  backend_.moe_route(router_logits, layer.e_score_correction_bias, routing_, expert_ids,
+                     expert_weights);
+  Tensor out = backend_.allocate(DType::kF32, {tokens, config_.hidden_size});
+  backend_.moe_experts(x, expert_ids, expert_weights, layer.experts, out);
+  if (!layer.shared_gate_proj.empty())
+    backend_.add(out, mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj));
+  return out;
+}
+
+}  // namespace mla::model

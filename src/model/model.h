@@ -1,0 +1,102 @@
+// The DeepSeek model (V2, V2-Lite, V3, R1) on a Backend: weights, the paged latent cache, and one
+// forward step over a flat batch of tokens.
+//
+// Per layer: RMSNorm → MLA → residual → RMSNorm → dense MLP (the first first_k_dense_replace
+// layers) or MoE (router, routed experts, shared experts) → residual; then the final norm and
+// lm_head on the rows whose logits are asked for. MLA writes every token's latent (kv_c after
+// kv_a_layernorm, k_pe after RoPE) into the paged cache first, then runs the absorbed decode path
+// for decode rows and the materialised prefill path (with chunked context) for the rest
+// (mla_attention.cpp says how). The subtle invariant: W_UK and W_UV are views of kv_b_proj's
+// weight and are never multiplied into W_Q or W_O; the backend holds exactly the checkpoint's
+// tensors.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/backend.h"
+#include "model/step_plan.h"
+#include "model/tensor.h"
+#include "weights/checkpoint.h"
+#include "weights/model_config.h"
+
+namespace mla::model {
+
+struct ModelOptions {
+  // Cached latents gathered per chunk when a prefill attends to context already in the cache
+  // (the workspace is [chunk, latent_dim] plus its up-projection [chunk, heads, 256]).
+  int context_chunk_tokens = 4096;
+};
+
+// One layer's weights; names as in the checkpoint (model.layers.N.<name>).
+struct LayerWeights {
+  Tensor input_layernorm;           // input_layernorm.weight [hidden]
+  Tensor post_attention_layernorm;  // post_attention_layernorm.weight [hidden]
+  // MLA.
+  Tensor q_proj;              // self_attn.q_proj.weight [heads·192, hidden] (q_lora_rank null)
+  Tensor q_a_proj;            // self_attn.q_a_proj.weight [q_lora_rank, hidden]
+  Tensor q_a_layernorm;       // self_attn.q_a_layernorm.weight [q_lora_rank]
+  Tensor q_b_proj;            // self_attn.q_b_proj.weight [heads·192, q_lora_rank]
+  Tensor kv_a_proj_with_mqa;  // self_attn.kv_a_proj_with_mqa.weight [kv_lora_rank + 64, hidden]
+  Tensor kv_a_layernorm;      // self_attn.kv_a_layernorm.weight [kv_lora_rank]
+  Tensor kv_b_proj;           // self_attn.kv_b_proj.weight [heads·(128 + 128), kv_lora_rank]
+  Tensor w_uk;                // view of kv_b_proj: [heads, 128, kv_lora_rank] (rows 0..127)
+  Tensor w_uv;                // view of kv_b_proj: [heads, 128, kv_lora_rank] (rows 128..255)
+  Tensor o_proj;              // self_attn.o_proj.weight [hidden, heads·128]
+  // Dense MLP (or the shared experts of a MoE layer).
+  bool is_moe = false;
+  Tensor gate_proj, up_proj, down_proj;  // mlp.{gate,up,down}_proj.weight
+  // MoE.
+  Tensor router;                   // mlp.gate.weight [n_routed_experts, hidden]
+  Tensor e_score_correction_bias;  // mlp.gate.e_score_correction_bias [n_routed_experts]
+  ExpertWeights experts;           // mlp.experts.E.{gate,up,down}_proj.weight
+  Tensor shared_gate_proj, shared_up_proj, shared_down_proj;  // mlp.shared_experts.*
+};
+
+// The latent cache: per layer [num_pages, page_size, kv_lora_rank + qk_rope_head_dim].
+struct LatentCache {
+  int num_pages = 0;
+  int page_size = 64;
+  std::vector<Tensor> layers;
+};
+
+class Model {
+ public:
+  // Loads a model directory onto `backend`, which must outlive the model.
+  static std::unique_ptr<Model> load(const std::string& model_dir, Backend& backend,
+                                     const ModelOptions& options = {});
+  Model(const weights::Checkpoint& checkpoint, Backend& backend, const ModelOptions& options);
+
+  const weights::ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  Backend& backend() { return backend_; }
+  const LayerWeights& layer(int index) const { return layers_.at(index); }
+
+  LatentCache allocate_cache(int num_pages, int page_size = 64);
+
+  // One step over a flat batch (see step_plan.h for the contract); returns the logits of
+  // batch.logit_rows, [logit_rows, vocab_size] fp32 in the backend's memory.
+  Tensor forward(const ForwardBatch& batch, LatentCache& cache);
+
+ private:
+  Tensor mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& cache,
+                       const StepPlan& plan);
+  Tensor mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_proj,
+             const Tensor& down_proj);
+  Tensor moe(const LayerWeights& layer, const Tensor& x);
+  void load_layer(const weights::Checkpoint& checkpoint, int index);
+
+  weights::ModelConfig config_;
+  ModelOptions options_;
+  Backend& backend_;
+  Tensor embed_tokens_;  // model.embed_tokens.weight [vocab, hidden]
+  Tensor final_norm_;    // model.norm.weight [hidden]
+  Tensor lm_head_;       // lm_head.weight [vocab, hidden] (embed_tokens when tied)
+  std::vector<LayerWeights> layers_;
+  RopeTable rope_;
+  float softmax_scale_ = 0.f;
+  ref::MoeRoutingParams routing_;
+};
+
+}  // namespace mla::model
