@@ -174,14 +174,23 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     for (int32_t len : seqlens) mean_seqlen += len;
     mean_seqlen /= batch;
     const double rows_q = double(config.seqlen_q) * config.num_heads_q;
+    // All kernels of this configuration timed in rotating order within each round.
+    std::vector<kernels::MlaDecodeParams> variants;
+    std::vector<std::function<void()>> works;
     for (kernels::MlaDecodeKernel kernel : options.kernels) {
-      params.kernel = kernel;
+      variants.push_back(params);
+      variants.back().kernel = kernel;
+    }
+    for (const kernels::MlaDecodeParams& variant : variants)
+      works.push_back([&variant, stream] { kernels::launch_mla_decode(variant, stream); });
+    const std::vector<double> medians = timer.median_us_interleaved(works, options.runs);
+    for (size_t k = 0; k < variants.size(); ++k) {
       DecodeBenchRow row;
       row.config = config;
-      row.kernel = kernels::to_string(kernel);
+      row.kernel = kernels::to_string(variants[k].kernel);
       row.mean_seqlen_k = mean_seqlen;
       row.us_plan = us_plan;
-      row.us = timer.median_us([&] { kernels::launch_mla_decode(params, stream); }, options.runs);
+      row.us = medians[k];
       row.bytes = batch * (rows_q * kernels::kHeadDimQK * 2 +
                            mean_seqlen * kernels::kHeadDimQK * 2 + rows_q * kernels::kHeadDimV * 2);
       row.flops = 2.0 * batch * rows_q * mean_seqlen * (kernels::kHeadDimQK + kernels::kHeadDimV);

@@ -25,6 +25,11 @@ class EventTimer {
   double median_us(const std::function<void()>& work, int runs, int warmup = 3,
                    bool flush_l2 = true);
 
+  // Several variants of one job, timed in rotating order within every round (so clock and
+  // temperature drift during a long measurement falls on all of them alike); one median each.
+  std::vector<double> median_us_interleaved(const std::vector<std::function<void()>>& works,
+                                            int runs, int warmup = 3);
+
  private:
   cudaStream_t stream_;
   cuda::DeviceBuffer<uint8_t> flush_;
