@@ -52,15 +52,22 @@ build-gpu/mla bench decode "${bench_args[@]}" >"$out/bench-decode.txt" 2>/dev/nu
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >>"$out/env.txt" 2>&1
 cat "$out/bench-decode.txt"
 
-# Optional: Nsight Compute on one configuration (MLA_PROFILE="b,s_q,h_q,s_k"), clocks left alone.
+# Optional: Nsight Compute on some configurations (MLA_PROFILE="b,s_q,h_q,s_k[;b,s_q,h_q,s_k...]"),
+# the split-KV kernel of the fast path, clocks left alone.
 if [ -n "${MLA_PROFILE:-}" ] && command -v ncu >/dev/null; then
-  step "ncu profile of $MLA_PROFILE"
-  ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:mla_decode_splitkv \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-      --section ComputeWorkloadAnalysis --section SchedulerStats --section LaunchStats \
-      build-gpu/mla bench decode --only "$MLA_PROFILE" --runs 1 --flashmla-ref "" \
-      >"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
-  grep -E "Duration|Throughput|DRAM|Memory \[%\]|Compute \(SM\)|Issued|Stall|Warp Cycles|Eligible|No Eligible" "$out/ncu.txt" | head -40
+  : >"$out/ncu.txt"
+  IFS=';' read -ra profile_configs <<<"$MLA_PROFILE"
+  for config in "${profile_configs[@]}"; do
+    step "ncu profile of $config"
+    echo "=== $config" >>"$out/ncu.txt"
+    ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:mla_decode_splitkv \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section SchedulerStats --section LaunchStats \
+        build-gpu/mla bench decode --only "$config" --runs 1 --kernel fast --flashmla-ref "" \
+        >>"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
+  done
+  grep -E "^===|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" "$out/ncu.txt"
 fi
+
 step "done, status $status"
 exit $status
