@@ -1,8 +1,9 @@
-// `mla generate MODEL_DIR --prompt-ids 1,2,3`: greedy (or sampled) generation on the CPU backend.
-// Prints the generated ids on one line (or, with --json, one JSON object); timings go to stderr.
-// --prefill-chunk N and --token-by-token choose how the prompt enters the model (chunked prefill
-// over cached context; one token per step through the absorbed decode path): all ways give the
-// same tokens. --prompt TEXT comes with the tokenizer.
+// `mla generate MODEL_DIR --prompt-ids 1,2,3` (or --prompt TEXT): greedy (or sampled) generation
+// on the CPU backend. Prints the generated ids on one line, then their text when the model
+// directory has a tokenizer.json (with --json, one JSON object with `ids` and `text`); timings go
+// to stderr. --prefill-chunk N and --token-by-token choose how the prompt enters the model
+// (chunked prefill over cached context; one token per step through the absorbed decode path): all
+// ways give the same tokens.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,6 +12,8 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,8 @@
 #include "model/cpu_backend.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/mla/commands.h"
 
 namespace mla::tools {
@@ -26,6 +31,7 @@ namespace {
 struct GenerateCommandOptions {
   std::string model_dir;
   std::string prompt_ids;
+  std::string prompt_text;
   std::string backend = "cpu";
   model::GenerateOptions generate;
   bool json = false;
@@ -56,7 +62,18 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 void run_generate(const GenerateCommandOptions& options) {
   if (options.backend != "cpu")
     throw_error("--backend {}: only the cpu backend exists so far", options.backend);
-  const std::vector<int32_t> prompt = parse_ids(options.prompt_ids);
+  // The model directory's tokenizer, when it has one: --prompt needs it, and output gets text.
+  std::optional<tokenizer::Tokenizer> text_tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json"))
+    text_tokenizer = tokenizer::Tokenizer::load(options.model_dir);
+  if (options.prompt_ids.empty() == options.prompt_text.empty())
+    throw_error("give exactly one of --prompt TEXT and --prompt-ids 1,2,3");
+  if (!options.prompt_text.empty() && !text_tokenizer)
+    throw_error("--prompt needs {}/tokenizer.json, which does not exist (use --prompt-ids)",
+                options.model_dir);
+  const std::vector<int32_t> prompt = options.prompt_text.empty()
+                                          ? parse_ids(options.prompt_ids)
+                                          : text_tokenizer->encode(options.prompt_text);
   const auto load_start = std::chrono::steady_clock::now();
   model::CpuBackend backend;
   const auto model = model::Model::load(options.model_dir, backend);
@@ -73,13 +90,22 @@ void run_generate(const GenerateCommandOptions& options) {
   const auto end = std::chrono::steady_clock::now();
   const double load_s = std::chrono::duration<double>(start - load_start).count();
   const double run_s = std::chrono::duration<double>(end - start).count();
+  std::optional<std::string> text;
+  if (text_tokenizer) {
+    tokenizer::StreamingDetokenizer detokenizer(*text_tokenizer, /*skip_special_tokens=*/true);
+    text.emplace();
+    for (int32_t id : result.ids) *text += detokenizer.push(id);
+    *text += detokenizer.finish();
+  }
   if (options.json) {
     nlohmann::json out = {
         {"prompt_ids", prompt},      {"ids", result.ids},      {"stop_reason", result.stop_reason},
         {"backend", backend.name()}, {"load_seconds", load_s}, {"generate_seconds", run_s}};
+    if (text) out["text"] = *text;
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("\n");
+    if (text) fmt::print("{}\n", *text);
   }
   std::fprintf(stderr, "mla: %zu prompt + %zu generated tokens in %.2f s (load %.2f s), %s\n",
                prompt.size(), result.ids.size(), run_s, load_s, result.stop_reason.c_str());
@@ -91,8 +117,9 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateCommandOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompt token ids");
   command->add_option("model_dir", options->model_dir, "Hugging Face model directory")->required();
-  command->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, e.g. 1,2,3")
-      ->required();
+  command->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, e.g. 1,2,3");
+  command->add_option("--prompt", options->prompt_text,
+                      "Prompt text (needs MODEL_DIR/tokenizer.json; BOS per its config)");
   command->add_option("--max-tokens", options->generate.max_tokens, "Tokens to generate")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
