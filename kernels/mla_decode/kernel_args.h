@@ -21,6 +21,23 @@ struct DecodeKernelArgs {
   CUtensorMap kv_tensor_map = {};
 };
 
+// Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may
+// see. Shared by the split-KV bodies and the combines so they agree on the mapping.
+struct QueryRow {
+  int s;     // query position, 0..s_q-1
+  int head;  // query head, 0..h_q-1
+};
+MLA_HOST_DEVICE QueryRow query_row(const DecodeKernelArgs& args, int kv_head, int r) {
+  return {r / args.heads_per_kv, kv_head * args.heads_per_kv + r % args.heads_per_kv};
+}
+// The last key a row may see in a sequence of `seqlen` keys (causal: query s of s_q sees keys up
+// to seqlen - s_q + s); -1 for padding rows past the kv head's last row.
+MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int seqlen) {
+  if (r >= args.shape.rows_per_kv_head) return -1;
+  const int s = r / args.heads_per_kv;
+  return seqlen - 1 - (args.params.causal ? args.params.seqlen_q - 1 - s : 0);
+}
+
 // Launchers of the split-KV kernel, one explicit instantiation per tile height
 // (instantiations/rows{16,32,64}.cu).
 template <int kRowsPerTile>

@@ -94,6 +94,17 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
+// The largest of value(k) for k in [0, count), over a warp (lanes stride over k); -inf if none.
+template <typename Value>
+__device__ __forceinline__ float warp_max(int count, int lane, const Value& value) {
+  float result = -INFINITY;
+  for (int k = lane; k < count; k += 32) result = fmaxf(result, value(k));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    result = fmaxf(result, __shfl_xor_sync(0xffffffffu, result, offset));
+  return result;
+}
+
 // One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
 // kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged by
 // their log-sum-exp.
@@ -117,8 +128,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
-  const int s = r / args.heads_per_kv;
-  const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+  const auto [s, head] = query_row(args, kv_head, r);
   auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
                   s * p.out_seq_stride + head * p.out_head_stride + column0;
   float* lse_out =
@@ -129,12 +139,8 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
   };
 
-  float max_lse = -INFINITY;
-  for (int k = lane; k < num_splits; k += 32)
-    max_lse = fmaxf(max_lse, args.partial_lse[partial_index(k)]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  const float max_lse =
+      warp_max(num_splits, lane, [&](int k) { return args.partial_lse[partial_index(k)]; });
 
   float acc[kPasses][kColsPerLanePass] = {};
   float lse_final = INFINITY;  // no key seen anywhere: out = 0, lse = +inf
@@ -198,19 +204,14 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
-  const int s = r / args.heads_per_kv;
-  const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+  const auto [s, head] = query_row(args, kv_head, r);
   const int split0 = plan.split_begin()[batch_index];
   auto partial_index = [&](int k) {
     return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
   };
 
-  float max_lse = -INFINITY;
-  for (int k = lane; k < num_splits; k += 32)
-    max_lse = fmaxf(max_lse, args.partial_lse[partial_index(k)]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  const float max_lse =
+      warp_max(num_splits, lane, [&](int k) { return args.partial_lse[partial_index(k)]; });
 
   float acc[kColumns] = {};
   float sum = 0.f;

@@ -65,7 +65,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr uint32_t kStageBytes = sizeof(smem.kv[0]);
   uint8_t* p_bytes = reinterpret_cast<uint8_t*>(smem.p);
 
-  const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
@@ -80,15 +79,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int batch_index = piece.seq;
 
     // Queries of this tile → smem (rows past the kv head's last row are zero-filled).
-    if (loader.row < kRowsPerTile) {
-      const int r = tile_row0 + loader.row;
-      const int s = r / args.heads_per_kv;
-      const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
-      loader.copy_row(
-          q_smem,
-          q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride + head * p.q_head_stride,
-          r < rows_total, q_global);
-    }
+    if (loader.row < kRowsPerTile)
+      loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
 
     ptx::cp_async_commit();  // the queries
     if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
@@ -103,10 +95,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; ++h) {
         row_max_run[ms][h] = -INFINITY;
         row_sum_part[ms][h] = 0.f;
-        const int r = tile_row0 + s_row0 + ms * 16 + (lane >> 2) + h * 8;
-        const int s = r / args.heads_per_kv;
-        const int last = piece.seqlen - 1 - (p.causal ? p.seqlen_q - 1 - s : 0);
-        row_last_key[ms][h] = r < rows_total ? last : -1;
+        row_last_key[ms][h] = last_visible_key(
+            args, tile_row0 + s_row0 + ms * 16 + (lane >> 2) + h * 8, piece.seqlen);
       }
     }
     float o_acc[kMO][kNTilesO][4];
@@ -288,8 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int g = 0; g < Cfg::kTokenGroups; ++g) sum += smem.row_partial[g][row];
         const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
-        const int s = r / args.heads_per_kv;
-        const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+        const auto [s, head] = query_row(args, kv_head, r);
         const int col = o_col0 + 2 * (lane & 3);
         if (final_output) {
           auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +

@@ -69,7 +69,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t p_smem = ptx::smem_address(smem.p);
   if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
 
-  const auto* q_global = reinterpret_cast<const uint16_t*>(p.q);
   const TileLoader<128, kWgmmaBlockBytes> loader(tid);
   PageTmaPipeline pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
@@ -81,15 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   while (cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
-    {
-      const int r = tile_row0 + loader.row;
-      const int s = r / args.heads_per_kv;
-      const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
-      loader.copy_row(
-          q_smem,
-          q_global + batch_index * p.q_batch_stride + s * p.q_seq_stride + head * p.q_head_stride,
-          r < rows_total, q_global);
-    }
+    loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
 
     ptx::cp_async_commit();  // the queries
     if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
@@ -100,10 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       row_max_run[h] = -INFINITY;
       row_sum_part[h] = 0.f;
-      const int r = tile_row0 + my_rows[h];
-      const int s = r / args.heads_per_kv;
-      const int last = piece.seqlen - 1 - (p.causal ? p.seqlen_q - 1 - s : 0);
-      row_last_key[h] = r < rows_total ? last : -1;
+      row_last_key[h] = last_visible_key(args, tile_row0 + my_rows[h], piece.seqlen);
     }
     float o_acc[128];
 #pragma unroll
@@ -220,8 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r >= rows_total) continue;
       const float sum = smem.row_partial[0][row] + smem.row_partial[1][row];
       const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
-      const int s = r / args.heads_per_kv;
-      const int head = kv_head * args.heads_per_kv + r % args.heads_per_kv;
+      const auto [s, head] = query_row(args, kv_head, r);
       const int col0 = group * kWgmmaColsPerGroup + 2 * (lane & 3);
       if (final_output) {
         auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +

@@ -12,6 +12,7 @@
 
 #include "common/ptx.cuh"
 #include "mla_decode/config.h"
+#include "mla_decode/kernel_args.h"
 
 namespace mla::kernels::decode {
 
@@ -49,6 +50,20 @@ struct TileLoader {
           tile_smem + (k / 2) * kBlockStrideBytes + (k % 2 ? offset_odd : offset_even);
       ptx::cp_async_16(dst, src + (valid ? k * kLoaderThreadsPerRow * kChunkElems : 0), bytes);
     }
+  }
+
+  // This thread's row of the query tile whose first row is kv-head row `tile_row0`.
+  __device__ __forceinline__ void copy_query_row(uint32_t q_smem, const DecodeKernelArgs& args,
+                                                 int batch_index, int kv_head,
+                                                 int tile_row0) const {
+    const MlaDecodeParams& p = args.params;
+    const int r = tile_row0 + row;
+    const QueryRow query = query_row(args, kv_head, r);
+    const auto* q = reinterpret_cast<const uint16_t*>(p.q);
+    copy_row(q_smem,
+             q + batch_index * p.q_batch_stride + query.s * p.q_seq_stride +
+                 query.head * p.q_head_stride,
+             r < args.shape.rows_per_kv_head, q);
   }
 };
 
