@@ -184,16 +184,12 @@ def flash_mla_with_kvcache(
         raise NotImplementedError(
             "mla_decode: is_fp8_kvcache=True: this kernel reads a bf16 latent cache only"
         )
-    sparse = {
-        "indices": indices,
-        "attn_sink": attn_sink,
-        "extra_k_cache": extra_k_cache,
-        "extra_indices_in_kvcache": extra_indices_in_kvcache,
-        "topk_length": topk_length,
-        "extra_topk_length": extra_topk_length,
-    }
-    given = [name for name, value in sparse.items() if value is not None]
-    if given:
+    sparse = (indices, attn_sink, extra_k_cache, extra_indices_in_kvcache, topk_length,
+              extra_topk_length)
+    if any(value is not None for value in sparse):
+        names = ("indices", "attn_sink", "extra_k_cache", "extra_indices_in_kvcache",
+                 "topk_length", "extra_topk_length")
+        given = [name for name, value in zip(names, sparse) if value is not None]
         raise NotImplementedError(
             f"mla_decode: {', '.join(given)}: sparse attention is not supported (dense decode only)"
         )
