@@ -80,7 +80,7 @@ void check_size(const at::Tensor& t, const char* name, int64_t dim, int64_t want
 }
 
 void check_unit_stride(const at::Tensor& t, const char* name) {
-  if (t.numel() > 1 && t.stride(-1) != 1)
+  if (t.numel() > 1 && t.size(-1) > 1 && t.stride(-1) != 1)
     value_error(name, " must be contiguous in its last dimension, got strides ", t.strides());
 }
 
@@ -100,9 +100,14 @@ void check_seqlens(const at::Tensor& cache_seqlens) {
   check_unit_stride(cache_seqlens, "cache_seqlens");
 }
 
-// A size-1 dimension's stride is arbitrary in torch (views, unsqueeze): use one that passes.
-int64_t stride_of(const at::Tensor& t, int64_t dim, int64_t when_size_one) {
-  return t.size(dim) == 1 ? when_size_one : t.stride(dim);
+// Strides in elements, with those of size-1 dimensions (arbitrary in torch: views, unsqueeze)
+// replaced by the contiguous value, as MlaDecodeParams::set_contiguous_strides() would set them.
+std::vector<int64_t> strides_of(const at::Tensor& t) {
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  if (t.size(-1) == 1) strides.back() = 1;
+  for (int64_t d = t.dim() - 2; d >= 0; --d)
+    if (t.size(d) == 1) strides[d] = strides[d + 1] * t.size(d + 1);
+  return strides;
 }
 
 cudaStream_t current_stream(const at::Device& device) {
@@ -207,16 +212,17 @@ std::pair<at::Tensor, at::Tensor> decode_op(const at::Tensor& q, const at::Tenso
   p.max_pages_per_seq = static_cast<int>(block_table.size(1));
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.causal = causal;
+  const std::vector<int64_t> q_strides = strides_of(q), kv_strides = strides_of(k_cache);
   p.q = static_cast<const bf16*>(q.data_ptr());
-  p.q_head_stride = stride_of(q, 2, 0);
-  p.q_seq_stride = stride_of(q, 1, 0);
-  p.q_batch_stride = stride_of(q, 0, 0);
+  p.q_batch_stride = q_strides[0];
+  p.q_seq_stride = q_strides[1];
+  p.q_head_stride = q_strides[2];
   p.kv_cache = static_cast<const bf16*>(k_cache.data_ptr());
-  p.kv_head_stride = stride_of(k_cache, 2, 0);
-  p.kv_token_stride = k_cache.stride(1);
-  p.kv_page_stride = stride_of(k_cache, 0, kPageSize * k_cache.stride(1));
+  p.kv_page_stride = kv_strides[0];
+  p.kv_token_stride = kv_strides[1];
+  p.kv_head_stride = kv_strides[2];
   p.block_table = block_table.data_ptr<int32_t>();
-  p.block_table_batch_stride = stride_of(block_table, 0, block_table.size(1));
+  p.block_table_batch_stride = strides_of(block_table)[0];
   p.seqlens = cache_seqlens.data_ptr<int32_t>();
   p.out = static_cast<bf16*>(out.data_ptr());
   p.out_head_stride = out.stride(2);

@@ -121,6 +121,22 @@ def test_strided_q_and_cache_views():
     assert_close_to_reference(out, lse, p, "strided views")
 
 
+def test_size_one_dimensions_with_odd_strides():
+    # torch gives size-1 dimensions arbitrary strides (as_strided, some views): they must not matter.
+    p = make_problem([50], s_q=1, h_q=1, causal=True, seed=22)
+    one_page = p.k_cache[p.block_table[0, 0].long()].unsqueeze(0)  # [1, 64, 1, 576]
+    k_odd = torch.as_strided(one_page, (1, 64, 1, D_QK), (5, D_QK, 3, 1))
+    q_odd = torch.as_strided(p.q, (1, 1, 1, D_QK), (7, 5, 3, 1))
+    table_odd = torch.zeros(1, dtype=torch.int32, device="cuda").as_strided((1, 1), (9, 7))
+    odd = type(p)(q_odd, k_odd, table_odd, p.cache_seqlens, True, p.softmax_scale)
+    sched_meta, _ = mla_decode.get_mla_metadata()
+    out, lse = mla_decode.flash_mla_with_kvcache(
+        q_odd, k_odd, table_odd, p.cache_seqlens, 512, sched_meta,
+        softmax_scale=p.softmax_scale, causal=True,
+    )
+    assert_close_to_reference(out, lse, odd, "size-1 dimensions with odd strides")
+
+
 def test_new_pattern_reuses_the_plan_across_layers():
     p = make_problem([1500, 3, 700, 0, 64], s_q=2, h_q=64, causal=True, seed=9)
     sched_meta, _ = mla_decode.get_mla_metadata()
