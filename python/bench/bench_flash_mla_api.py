@@ -75,6 +75,33 @@ def time_host(fn, runs):
     return statistics.median(times)
 
 
+def bench_config(b, s_q, h_q, seqlen_k, kernels, runs, flush, gen, reference):
+    """One configuration, every kernel: a row each (its inputs are freed on return)."""
+    q, k_cache, block_table, cache_seqlens, mean_seqlen = make_inputs(b, s_q, h_q, seqlen_k, gen)
+    metadata, num_splits = mla_decode.get_mla_metadata(cache_seqlens, s_q * h_q, 1)
+    plan_us = time_gpu(lambda: mla_decode.get_mla_metadata(cache_seqlens, s_q * h_q, 1), runs,
+                       flush)
+    bytes_moved = b * (s_q * h_q * 576 * 2 + mean_seqlen * 576 * 2 + s_q * h_q * 512 * 2)
+    flops = 2 * b * s_q * h_q * mean_seqlen * (576 + 512)
+    rows = []
+    for kernel in kernels:
+        def call(kernel=kernel):
+            return mla_decode.flash_mla_with_kvcache(
+                q, k_cache, block_table, cache_seqlens, 512, metadata, num_splits,
+                softmax_scale=192**-0.5, causal=True, kernel=kernel)
+
+        out, lse = call()  # warm up, and a sanity check
+        if torch.isnan(out).any() or torch.isnan(lse).any():
+            raise RuntimeError(f"NaN in the output of b {b} s_q {s_q} h_q {h_q} s_k {seqlen_k} "
+                               f"kernel {kernel}")
+        us = time_gpu(call, runs, flush)
+        rows.append(dict(b=b, s_q=s_q, h_q=h_q, s_k=seqlen_k, mean_s_k=mean_seqlen, kernel=kernel,
+                         us=us, gbps=bytes_moved / us * 1e-3, tflops=flops / us * 1e-6,
+                         plan_us=plan_us, host_us=time_host(call, 10),
+                         flashmla_us=reference.get((b, s_q, h_q, seqlen_k))))
+    return rows
+
+
 def load_reference(path):
     if not path or not os.path.exists(path):
         return {}
@@ -106,37 +133,15 @@ def main():
               f"{'TFLOP/s':>8} {'plan_us':>8} {'host_us':>8} {'FlashMLA_us':>11} {'x FlashMLA':>10}")
     print(header)
     rows = []
-    for b, s_q, h_q, seqlen_k in configs:
-        q, k_cache, block_table, cache_seqlens, mean_seqlen = make_inputs(b, s_q, h_q, seqlen_k,
-                                                                          gen)
-        metadata, num_splits = mla_decode.get_mla_metadata(cache_seqlens, s_q * h_q, 1)
-        scale = 192**-0.5
-        plan_us = time_gpu(lambda: mla_decode.get_mla_metadata(cache_seqlens, s_q * h_q, 1),
-                           args.runs, flush)
-        bytes_moved = b * (s_q * h_q * 576 * 2 + mean_seqlen * 576 * 2 + s_q * h_q * 512 * 2)
-        flops = 2 * b * s_q * h_q * mean_seqlen * (576 + 512)
-        for kernel in kernels:
-            def call():
-                return mla_decode.flash_mla_with_kvcache(
-                    q, k_cache, block_table, cache_seqlens, 512, metadata, num_splits,
-                    softmax_scale=scale, causal=True, kernel=kernel)
-
-            out, lse = call()  # warm up, and a sanity check
-            if torch.isnan(out).any() or torch.isnan(lse).any():
-                print(f"NaN in the output of b {b} s_q {s_q} h_q {h_q} s_k {seqlen_k} {kernel}")
-                return 1
-            us = time_gpu(call, args.runs, flush)
-            host_us = time_host(call, 10)
-            flashmla_us = reference.get((b, s_q, h_q, seqlen_k))
-            row = dict(b=b, s_q=s_q, h_q=h_q, s_k=seqlen_k, mean_s_k=mean_seqlen, kernel=kernel,
-                       us=us, gbps=bytes_moved / us * 1e-3, tflops=flops / us * 1e-6,
-                       plan_us=plan_us, host_us=host_us, flashmla_us=flashmla_us)
+    for config in configs:
+        for row in bench_config(*config, kernels, args.runs, flush, gen, reference):
             rows.append(row)
-            versus = f"{flashmla_us / us:.2f}x" if flashmla_us else "-"
-            print(f"{b:>4} {s_q:>3} {h_q:>4} {seqlen_k:>16} {kernel:>8} {us:>9.1f} "
-                  f"{row['gbps']:>7.0f} {row['tflops']:>8.1f} {plan_us:>8.1f} {host_us:>8.1f} "
+            flashmla_us = row["flashmla_us"]
+            versus = f"{flashmla_us / row['us']:.2f}x" if flashmla_us else "-"
+            print(f"{row['b']:>4} {row['s_q']:>3} {row['h_q']:>4} {row['s_k']:>16} "
+                  f"{row['kernel']:>8} {row['us']:>9.1f} {row['gbps']:>7.0f} "
+                  f"{row['tflops']:>8.1f} {row['plan_us']:>8.1f} {row['host_us']:>8.1f} "
                   f"{flashmla_us or '-':>11} {versus:>10}", flush=True)
-        del q, k_cache, block_table, cache_seqlens, metadata, num_splits
     for kernel in kernels:
         ratios = [r["flashmla_us"] / r["us"] for r in rows if r["kernel"] == kernel and r["flashmla_us"]]
         if ratios:

@@ -10,9 +10,9 @@ A drop-in for FlashMLA's dense bf16 decode::
 See interface.py for both call patterns, what the metadata holds, and what is not supported.
 """
 
-import torch  # first: loads the CUDA and torch libraries the extension module links
+import torch  # noqa: F401  (first: loads the CUDA and torch libraries the extension links)
 
-from . import _C
+from . import _C  # noqa: F401
 from .interface import FlashMLASchedMeta, flash_mla_with_kvcache, get_mla_metadata
 
 __all__ = ["FlashMLASchedMeta", "flash_mla_with_kvcache", "get_mla_metadata"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import mla_decode
-from conftest import D_QK, assert_close_to_reference, make_problem, reference, requires_sm90
+from conftest import D_QK, assert_close_to_reference, make_problem, requires_sm90
 
 pytestmark = requires_sm90
 
