@@ -5,7 +5,7 @@ file(GLOB_RECURSE files RELATIVE "${SOURCE_DIR}"
      "${SOURCE_DIR}/kernels/*.cuh" "${SOURCE_DIR}/bench/*.h" "${SOURCE_DIR}/bench/*.cpp"
      "${SOURCE_DIR}/tools/*.h" "${SOURCE_DIR}/tools/*.cpp" "${SOURCE_DIR}/tests/*.h"
      "${SOURCE_DIR}/tests/*.cpp" "${SOURCE_DIR}/tests/*.cu" "${SOURCE_DIR}/dev/*.cu"
-     "${SOURCE_DIR}/dev/*.cpp" "${SOURCE_DIR}/python/*.cpp")
+     "${SOURCE_DIR}/dev/*.cpp" "${SOURCE_DIR}/python/*.cpp" "${SOURCE_DIR}/python/*.h")
 set(unformatted "")
 foreach(file IN LISTS files)
   execute_process(COMMAND "${CLANG_FORMAT}" --dry-run -Werror "${file}"

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs ON the lent H200 (see docs/gpu.md): builds for sm_90a, runs every GPU test (ctest -L gpu),
-# the CPU tests, the demo and the decode benchmark, and leaves logs and JSON under $OUT.
+# the CPU tests, the demo and the decode benchmark, and leaves logs and JSON under $OUT. Where
+# python3 has CUDA torch, the build includes the PyTorch extension (python/), and its pytest suite
+# and API benchmark run after the GPU tests (their output is appended to ctest-gpu.log: the lent
+# machine returns at most 8 files). A broken extension build does not stop the rest: the project is
+# then rebuilt without it and the run fails at the end.
 #   scripts/gpu/check.sh [full|quick]   (full: the whole benchmark sweep)
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
@@ -26,16 +30,47 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 step "configure + build (sm_90a)"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-if ! { cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
-         -DMLA_DEPS_DIR="$PWD/.carry/deps" &&
-       cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-  echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1
+configure_and_build() {
+  rm -f build-gpu/python/mla_decode/_C*.so  # rebuilt when the extension is on: never a stale one
+  cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
+    -DMLA_DEPS_DIR="$PWD/.carry/deps" "$@" && cmake --build build-gpu -j "$(nproc)"
+}
+if ! configure_and_build -DMLA_BUILD_PYTHON=AUTO >"$out/build.log" 2>&1; then
+  echo "BUILD FAILED with the Python extension (MLA_BUILD_PYTHON=AUTO); again without it"
+  grep -E "error|Error" "$out/build.log" | head -20
+  status=1
+  if ! configure_and_build -DMLA_BUILD_PYTHON=OFF >>"$out/build.log" 2>&1; then
+    echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1
+  fi
 fi
+grep -E "mla.cpp: Python extension" "$out/build.log" | tail -1
 grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "mla_decode" | head -40
 
 step "GPU tests"
 (cd build-gpu && ctest -L gpu --output-on-failure --timeout 600) >"$out/ctest-gpu.log" 2>&1 || status=1
 tail -25 "$out/ctest-gpu.log"
+
+step "Python extension: pytest suite and API benchmark ($mode)"
+if compgen -G "build-gpu/python/mla_decode/_C*.so" >/dev/null; then
+  python_bench_args=()
+  [ "$mode" = quick ] && python_bench_args+=(--quick)
+  python_log=build-gpu/python-tests.log
+  (
+    export PYTHONPATH="$PWD/build-gpu/python"
+    echo "== python: pytest python/tests ($(date -u +%H:%M:%S))"
+    python3 -m pytest -q -p no:cacheprovider python/tests
+    python_status=$?
+    echo "== python: API benchmark ($(date -u +%H:%M:%S))"
+    python3 python/bench/bench_flash_mla_api.py "${python_bench_args[@]}" || python_status=1
+    exit $python_status
+  ) >"$python_log" 2>&1 || status=1
+  cat "$python_log" >>"$out/ctest-gpu.log"
+  grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$python_log" | tail -15
+  sed -n '/== python: API benchmark/,$p' "$python_log"
+else
+  echo "not built: $(grep -E "mla.cpp: Python extension" "$out/build.log" | tail -1)" |
+    tee -a "$out/ctest-gpu.log"
+fi
 
 step "CPU tests"
 (cd build-gpu && ctest -L cpu -j "$(nproc)" --output-on-failure -E format) >"$out/ctest-cpu.log" 2>&1 || status=1
