@@ -102,11 +102,10 @@ std::vector<std::vector<int32_t>> parse_prompt(const json& body, const ApiContex
   if (!prompt->is_array())
     bad("prompt", "'prompt' must be a string, a list of strings or a list of token ids");
   if (prompt->empty()) bad("prompt", "'prompt' is empty");
+  if (prompt->front().is_number()) return {token_ids(*prompt, "prompt", context)};
   if (prompt->size() > kMaxPrompts)
     bad("prompt",
         fmt::format("at most {} prompts per request, got {}", kMaxPrompts, prompt->size()));
-  const json& first = prompt->front();
-  if (first.is_number()) return {token_ids(*prompt, "prompt", context)};
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < prompt->size(); ++i) {
     const json& item = (*prompt)[i];
