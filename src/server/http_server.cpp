@@ -1,9 +1,12 @@
 // The HTTP routes over cpp-httplib; see http_server.h. A request's life here: parse (400 on
 // anything wrong) → submit one engine request per prompt (400 if the engine refuses it, 429 when
 // the queue is full) → wait for every choice (JSON) or pump the updates out as SSE chunks.
+// A request that is not streamed is not cancelled when its client leaves (nothing is written
+// until it is done); it ends at its max_tokens.
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -100,6 +103,7 @@ struct HttpServer::Impl {
   ApiContext context;
   ServerOptions options;
   httplib::Server http;
+  int listen_socket = -1;  // captured when httplib creates it, to raise its backlog
   std::atomic<uint64_t> next_id{1};
 };
 
@@ -109,6 +113,11 @@ void HttpServer::Impl::routes() {
   http.set_payload_max_length(64u << 20);
   http.set_keep_alive_max_count(1000);
   http.set_tcp_nodelay(true);
+  http.set_socket_options([this](int socket) {
+    const int yes = 1;  // what httplib's default options do
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (listen_socket < 0) listen_socket = socket;
+  });
   http.set_read_timeout(30, 0);
   http.set_write_timeout(10, 0);
 
@@ -303,15 +312,18 @@ HttpServer::~HttpServer() {
 
 int HttpServer::bind() {
   const ServerOptions& options = impl_->options;
-  if (options.port == 0) {
-    const int port = impl_->http.bind_to_any_port(options.host);
+  int port = options.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(options.host);
     if (port <= 0) throw_error("cannot listen on {} (any port)", options.host);
-    return port;
-  }
-  if (!impl_->http.bind_to_port(options.host, options.port))
+  } else if (!impl_->http.bind_to_port(options.host, options.port)) {
     throw_error("cannot listen on {}:{} (is the port in use, or the address not this machine's?)",
                 options.host, options.port);
-  return options.port;
+  }
+  // cpp-httplib 0.11 listens with a backlog of 5, which a burst of clients overflows (their
+  // connections are then refused or reset): listen again with a deep one.
+  if (impl_->listen_socket >= 0) ::listen(impl_->listen_socket, 1024);
+  return port;
 }
 
 void HttpServer::serve() {
