@@ -83,7 +83,7 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
                 connection.close()
                 outcomes[client] = ("disconnected", events)
                 return
-            line = response.fp.readline()
+            line = response.readline()  # chunked transfer decoded
             if not line:
                 break
             line = line.decode().rstrip("\n")
@@ -153,6 +153,30 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
         assert status == 200 and json.loads(text)["choices"][0]["text"] == references[
             (index, max_tokens)][0]
 
+    def a_disconnect_cancels_at_once():
+        before = server.metric("mla_choices_finished_total")
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        connection.request("POST", "/v1/completions", json.dumps(body(prompts[3], 480, True)),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        for _ in range(3):
+            line = response.readline()
+            assert line.startswith(b"data: "), line
+            assert response.readline() == b"\n"
+        assert json.loads(server.get("/health")[1])["kv_cache_pages_used"] > 0
+        connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.close()
+        left = time.monotonic()
+        while json.loads(server.get("/health")[1])["requests_live"] > 0:
+            assert time.monotonic() - left < 2.0, "the request still runs 2 s after its client left"
+            time.sleep(0.01)
+        health = json.loads(server.get("/health")[1])
+        assert health["kv_cache_pages_used"] == 0, health
+        status, text = server.get("/metrics")
+        assert server.metric("mla_choices_finished_total") == before + 1
+        print(f"     cancelled {time.monotonic() - left:.3f} s after the client left")
+
+    check("a disconnect cancels the request and frees its pages", a_disconnect_cancels_at_once)
     check("reference outputs", references_from_plain_requests)
     check("64 concurrent streams, random disconnects", sixty_four_streams_with_disconnects)
     check("no page leaked, healthy", afterwards_nothing_is_leaked)
