@@ -52,6 +52,20 @@ else()
   message(STATUS "mla.cpp: PCRE2 at ${MLA_PCRE2_LIBRARY}")
 endif()
 
+# cpp-httplib (the server, `mla serve`): Debian ships it as a compiled library whose header must
+# be read with the same feature macros (pkg-config's cflags). Without it (the GPU machine's
+# bundle has none) everything but the server builds.
+set(MLA_WITH_SERVER OFF)
+if(PkgConfig_FOUND)
+  pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET GLOBAL cpp-httplib)
+endif()
+if(HTTPLIB_FOUND)
+  add_library(httplib::httplib ALIAS PkgConfig::HTTPLIB)
+  set(MLA_WITH_SERVER ON)
+else()
+  message(STATUS "mla.cpp: cpp-httplib not found: building without the server (mla serve)")
+endif()
+
 if(MLA_BUILD_TESTS)
   find_package(GTest QUIET)
   if(NOT GTest_FOUND)

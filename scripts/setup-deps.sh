@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything mla.cpp needs on a fresh Debian/Ubuntu machine; safe to run again (it only
 # installs what is missing). Debian packages: compilers, CMake, the C++ libraries; PyPI: the
-# CUTLASS/CuTe headers (the nvidia-cutlass wheel, headers only). The CUDA toolkit (nvcc) is
+# CUTLASS/CuTe headers (the nvidia-cutlass wheel, headers only) and the official `openai` client
+# that the server's end-to-end tests drive `mla serve` with. The CUDA toolkit (nvcc) is
 # expected on PATH when GPU code is to be built; without it the CPU backend alone is built.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ packages=(
   libgtest-dev libbenchmark-dev
 )
 cutlass_version="4.2.0.0"
+openai_version="3.57.0"
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
@@ -44,5 +46,10 @@ if ! python3 -c "import cutlass_library" 2>/dev/null; then
   echo "setup-deps: installing the CUTLASS headers (pip nvidia-cutlass==${cutlass_version}, no deps)"
   python3 -m pip install -q --no-deps "nvidia-cutlass==${cutlass_version}" 2>/dev/null ||
     python3 -m pip install -q --no-deps --break-system-packages "nvidia-cutlass==${cutlass_version}"
+fi
+if ! python3 -c "import openai, sys; sys.exit(openai.__version__ != '${openai_version}')" 2>/dev/null; then
+  echo "setup-deps: installing the openai client (pip openai==${openai_version}, for the server tests)"
+  python3 -m pip install -q "openai==${openai_version}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "openai==${openai_version}"
 fi
 echo "setup-deps: ok"

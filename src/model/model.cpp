@@ -19,12 +19,13 @@ Tensor load_weight(const Checkpoint& checkpoint, Backend& backend, const std::st
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, Backend& backend,
-                                   const ModelOptions& options) {
+                                   const ModelOptions& options, const LoadProgress& progress) {
   const Checkpoint checkpoint = Checkpoint::open(model_dir);
-  return std::make_unique<Model>(checkpoint, backend, options);
+  return std::make_unique<Model>(checkpoint, backend, options, progress);
 }
 
-Model::Model(const Checkpoint& checkpoint, Backend& backend, const ModelOptions& options)
+Model::Model(const Checkpoint& checkpoint, Backend& backend, const ModelOptions& options,
+             const LoadProgress& progress)
     : config_(checkpoint.config()), options_(options), backend_(backend) {
   if (options_.context_chunk_tokens <= 0)
     throw_error("model options: context_chunk_tokens must be positive, got {}",
@@ -38,7 +39,10 @@ Model::Model(const Checkpoint& checkpoint, Backend& backend, const ModelOptions&
                  ? embed_tokens_
                  : load_weight(checkpoint, backend_, "lm_head.weight", {vocab, hidden});
   layers_.resize(c.num_hidden_layers);
-  for (int i = 0; i < c.num_hidden_layers; ++i) load_layer(checkpoint, i);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    load_layer(checkpoint, i);
+    if (progress) progress(i + 1, c.num_hidden_layers);
+  }
 
   ref::RopeParams rope;
   rope.rotary_dim = c.qk_rope_head_dim;
@@ -136,6 +140,16 @@ LatentCache Model::allocate_cache(int num_pages, int page_size) {
     cache.layers.push_back(
         backend_.allocate(DType::kF32, {num_pages, page_size, config_.latent_dim()}));
   return cache;
+}
+
+void Model::copy_cache_page(LatentCache& cache, int32_t src, int32_t dst) {
+  if (src < 0 || src >= cache.num_pages || dst < 0 || dst >= cache.num_pages || src == dst)
+    throw_error("latent cache: cannot copy page {} to page {} (pages 0..{}, distinct)", src, dst,
+                cache.num_pages - 1);
+  for (Tensor& layer : cache.layers) {
+    Tensor to = layer.slice(0, dst, 1);
+    backend_.copy(layer.slice(0, src, 1), to);
+  }
 }
 
 Tensor Model::forward(const ForwardBatch& batch, LatentCache& cache) {

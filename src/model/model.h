@@ -11,6 +11,7 @@
 // tensors.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,10 +64,15 @@ struct LatentCache {
 
 class Model {
  public:
+  // Called after each layer's weights are on the backend: (layers loaded, layers in all).
+  using LoadProgress = std::function<void(int, int)>;
+
   // Loads a model directory onto `backend`, which must outlive the model.
   static std::unique_ptr<Model> load(const std::string& model_dir, Backend& backend,
-                                     const ModelOptions& options = {});
-  Model(const weights::Checkpoint& checkpoint, Backend& backend, const ModelOptions& options);
+                                     const ModelOptions& options = {},
+                                     const LoadProgress& progress = {});
+  Model(const weights::Checkpoint& checkpoint, Backend& backend, const ModelOptions& options,
+        const LoadProgress& progress = {});
 
   const weights::ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
@@ -74,6 +80,9 @@ class Model {
   const LayerWeights& layer(int index) const { return layers_.at(index); }
 
   LatentCache allocate_cache(int num_pages, int page_size = 64);
+  // Copies page `src` of every layer's cache over page `dst` (an engine's copy-on-write of a
+  // shared page, before the step that writes into the copy).
+  void copy_cache_page(LatentCache& cache, int32_t src, int32_t dst);
 
   // One step over a flat batch (see step_plan.h for the contract); returns the logits of
   // batch.logit_rows, [logit_rows, vocab_size] fp32 in the backend's memory.

@@ -11,5 +11,6 @@ void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace mla::tools

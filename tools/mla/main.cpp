@@ -1,5 +1,5 @@
-// mla: one program, many subcommands (demo, bench, info, tokenize, inspect, generate). Errors a
-// user can act on print one line and exit 1.
+// mla: one program, many subcommands (demo, bench, info, tokenize, inspect, generate, serve).
+// Errors a user can act on print one line and exit 1.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   mla::tools::add_tokenize_command(app);
   mla::tools::add_inspect_command(app);
   mla::tools::add_generate_command(app);
+#if MLA_WITH_SERVER
+  mla::tools::add_serve_command(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,64 @@
+// What the engine counts for /metrics: counters, gauges (set after every step) and latency
+// histograms (time to first token, inter-token latency, end-to-end). Safe to read from any thread
+// while the engine thread writes; the server renders it as Prometheus text.
+//
+// Histograms keep cumulative-ready bucket counts with Prometheus' `le` semantics (a value equal
+// to a bound lands in that bucket).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace mla::engine {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // per bucket (not cumulative); one more for +Inf
+    uint64_t count = 0;
+    double sum = 0.0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  uint64_t count_ = 0;
+  double sum_ = 0.0;
+};
+
+struct EngineMetrics {
+  // Counters.
+  std::atomic<uint64_t> requests_received{0};  // accepted by submit()
+  std::atomic<uint64_t> requests_rejected{0};  // refused by submit() (invalid or queue full)
+  std::atomic<uint64_t> requests_finished{0};  // every choice ended
+  std::atomic<uint64_t> choices_stop{0}, choices_length{0}, choices_cancelled{0}, choices_error{0};
+  std::atomic<uint64_t> prompt_tokens{0};  // of accepted requests
+  std::atomic<uint64_t> generated_tokens{0};
+  std::atomic<uint64_t> prefill_tokens_computed{0};  // prompt (and recomputed) tokens run
+  std::atomic<uint64_t> steps{0};
+  std::atomic<uint64_t> preemptions{0};
+  std::atomic<uint64_t> prefix_cache_queried_tokens{0};
+  std::atomic<uint64_t> prefix_cache_hit_tokens{0};
+  // Gauges.
+  std::atomic<int64_t> requests_waiting{0};  // queue depth: submitted, not yet admitted
+  std::atomic<int64_t> sequences_running{0};
+  std::atomic<int64_t> pages_used{0};
+  std::atomic<int64_t> pages_total{0};
+  std::atomic<int64_t> pages_cached{0};  // holding a published prefix (owned or free)
+  // Latencies, in seconds.
+  Histogram time_to_first_token{
+      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram inter_token_latency{
+      {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
+  Histogram request_latency{{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+};
+
+}  // namespace mla::engine

@@ -1,0 +1,184 @@
+"""Load: 64 concurrent streaming clients with mixed prompt lengths (some sharing prefixes) on a
+cache too small for all of them (queueing and preemption), a quarter of them disconnecting at a
+random point. Afterwards no request is live, no page is used, /health is OK, the disconnects
+were cancelled, and every client that stayed got a complete stream equal to the same request's
+non-streamed greedy output. The server checks the scheduler's invariants after every step.
+    python3 test_load.py MLA FIXTURES_DIR TOKENIZER_DIR WORK_DIR
+"""
+import http.client
+import json
+import os
+import random
+import socket
+import sys
+import threading
+import time
+
+import harness
+
+mla, fixtures, tokenizer_dir, work = sys.argv[1:5]
+check = harness.check
+model = harness.copy_model(os.path.join(fixtures, "tiny-deepseek-v3"), tokenizer_dir,
+                           os.path.join(work, "tiny-v3"))
+CLIENTS = 64
+rng = random.Random(64)
+shared = [rng.randrange(256) for _ in range(200)]
+prompts = []
+for length in [3, 9, 17, 30, 40, 64, 65, 90, 100, 128, 150, 200, 230, 260, 300, 330]:
+    if length >= 200 and len(prompts) % 2 == 0:  # a shared 200-token prefix
+        prompts.append(shared + [rng.randrange(256) for _ in range(length - 200)])
+    else:
+        prompts.append([rng.randrange(256) for _ in range(length)])
+
+
+def body(prompt, max_tokens, stream):
+    return {"model": "tiny-v3", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": stream}
+
+
+with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", "512",
+                    "--max-num-seqs", "48", "--max-num-batched-tokens", "512",
+                    "--check-invariants") as server:
+    plan = []
+    for client in range(CLIENTS):
+        index = client % len(prompts)
+        max_tokens = 8 + index * 7 % 48  # one reference per prompt
+        disconnect_after = rng.randrange(0, 6) if client % 4 == 3 else None
+        plan.append((index, max_tokens, disconnect_after))
+
+    references = {}
+
+    def references_from_plain_requests():
+        def reference(key):
+            index, max_tokens = key
+            status, text = server.post("/v1/completions", body(prompts[index], max_tokens, False))
+            assert status == 200, text
+            reply = json.loads(text)
+            references[key] = (reply["choices"][0]["text"], reply["usage"]["completion_tokens"])
+
+        keys = sorted({(index, max_tokens) for index, max_tokens, _ in plan})
+        threads = [threading.Thread(target=reference, args=(key,)) for key in keys]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(references) == len(keys)
+
+    outcomes = [None] * CLIENTS
+
+    def stream_client(client):
+        index, max_tokens, disconnect_after = plan[client]
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        connection.request("POST", "/v1/completions",
+                           json.dumps(body(prompts[index], max_tokens, True)),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            outcomes[client] = ("status", response.status, response.read())
+            return
+        text, events, finish, done = "", 0, None, False
+        while True:
+            if disconnect_after is not None and events >= disconnect_after:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+                connection.close()
+                outcomes[client] = ("disconnected", events)
+                return
+            line = response.readline()  # chunked transfer decoded
+            if not line:
+                break
+            line = line.decode().rstrip("\n")
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                done = True
+                break
+            event = json.loads(data)
+            assert "error" not in event, event
+            text += event["choices"][0]["text"]
+            finish = event["choices"][0]["finish_reason"] or finish
+            events += 1
+        connection.close()
+        outcomes[client] = ("complete", text, finish, done)
+
+    def sixty_four_streams_with_disconnects():
+        started = time.monotonic()
+        threads = [threading.Thread(target=stream_client, args=(c,)) for c in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        elapsed = time.monotonic() - started
+        complete = disconnected = 0
+        for client, outcome in enumerate(outcomes):
+            index, max_tokens, disconnect_after = plan[client]
+            assert outcome is not None, f"client {client} did not finish"
+            if disconnect_after is not None:
+                assert outcome[0] in ("disconnected", "complete"), (client, outcome)
+                disconnected += outcome[0] == "disconnected"
+                continue
+            assert outcome[0] == "complete", (client, outcome)
+            _, text, finish, done = outcome
+            expected_text, _ = references[(index, max_tokens)]
+            assert done and finish == "length", (client, outcome)
+            assert text == expected_text, (client, len(prompts[index]), text, expected_text)
+            complete += 1
+        print(f"     {complete} complete streams equal to their plain output, {disconnected} "
+              f"disconnected, in {elapsed:.1f} s; preemptions "
+              f"{server.metric('mla_preemptions_total'):.0f}, generated tokens "
+              f"{server.metric('mla_generation_tokens_total'):.0f}, prefix-cache hit tokens "
+              f"{server.metric('mla_prefix_cache_hit_tokens_total'):.0f}")
+        assert complete == sum(1 for p in plan if p[2] is None)
+
+    def afterwards_nothing_is_leaked():
+        deadline = time.monotonic() + 30
+        while True:
+            status, text = server.get("/health")
+            health = json.loads(text)
+            if health["requests_live"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert status == 200 and health["status"] == "ok", health
+        assert health["requests_live"] == 0, health
+        assert health["kv_cache_pages_used"] == 0, health
+        assert server.metric("mla_kv_cache_pages_used") == 0
+        assert server.metric("mla_sequences_running") == 0
+        status, text = server.get("/metrics")
+        assert 'mla_choices_finished_total{model_name="tiny-v3",reason="error"} 0' in text, text
+        assert server.metric("mla_preemptions_total") > 0, "the load should preempt"
+        cancelled = [line for line in text.splitlines() if 'reason="cancelled"' in line][0]
+        assert float(cancelled.rsplit(" ", 1)[1]) >= 1, cancelled
+        index, max_tokens, _ = plan[0]
+        status, text = server.post("/v1/completions", body(prompts[index], max_tokens, False))
+        assert status == 200 and json.loads(text)["choices"][0]["text"] == references[
+            (index, max_tokens)][0]
+
+    def a_disconnect_cancels_at_once():
+        before = server.metric("mla_choices_finished_total")
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        connection.request("POST", "/v1/completions", json.dumps(body(prompts[3], 480, True)),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        for _ in range(3):
+            line = response.readline()
+            assert line.startswith(b"data: "), line
+            assert response.readline() == b"\n"
+        assert json.loads(server.get("/health")[1])["kv_cache_pages_used"] > 0
+        connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.close()
+        left = time.monotonic()
+        while json.loads(server.get("/health")[1])["requests_live"] > 0:
+            assert time.monotonic() - left < 2.0, "the request still runs 2 s after its client left"
+            time.sleep(0.01)
+        health = json.loads(server.get("/health")[1])
+        assert health["kv_cache_pages_used"] == 0, health
+        status, text = server.get("/metrics")
+        assert server.metric("mla_choices_finished_total") == before + 1
+        print(f"     cancelled {time.monotonic() - left:.3f} s after the client left")
+
+    check("a disconnect cancels the request and frees its pages", a_disconnect_cancels_at_once)
+    check("reference outputs", references_from_plain_requests)
+    check("64 concurrent streams, random disconnects", sixty_four_streams_with_disconnects)
+    check("no page leaked, healthy", afterwards_nothing_is_leaked)
+
+harness.finish()
