@@ -4,7 +4,6 @@
 #include <cuda.h>
 
 #include "mla/kernels/mla_decode.h"
-#include "mla_decode/config.h"
 
 namespace mla::kernels::decode {
 
@@ -20,19 +19,7 @@ struct DecodeKernelArgs {
   // The cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
   // 128-byte swizzle (one box = one 64-column block of a page).
   CUtensorMap kv_tensor_map = {};
-  // kFast with the split-parallel combine: the split kernel lets the (programmatically dependent)
-  // combine start launching at once; it still waits for this grid before reading partials.
-  bool trigger_dependents = false;
 };
-
-// kFast uses the split-parallel combine when sequences are expected to split many ways and the
-// batch has few query rows in all (config.h has the thresholds and the measurements behind them).
-MLA_HOST_DEVICE bool use_split_parallel_combine(const DecodeKernelArgs& args) {
-  const int64_t rows = int64_t(args.params.num_heads_kv) * args.shape.rows_per_kv_head;
-  return args.params.kernel == MlaDecodeKernel::kFast &&
-         args.shape.num_parts >= kSplitParallelCombineMinPartsPerSeq * args.params.batch &&
-         int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
-}
 
 // Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may
 // see. Shared by the split-KV bodies and the combines so they agree on the mapping.

@@ -15,7 +15,7 @@ namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, cudaStream_t stream);
-void launch_combine_kernel(const DecodeKernelArgs& args, cudaStream_t stream);
+void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream);
 }  // namespace decode
 
 namespace {
@@ -219,7 +219,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
 
-  args.trigger_dependents = decode::use_split_parallel_combine(args);
+  const bool fast = params.kernel == MlaDecodeKernel::kFast;
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;
@@ -245,7 +245,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
     decode::launch_splitkv_wgmma(args, stream);
   }
-  decode::launch_combine_kernel(args, stream);
+  decode::launch_combine_kernel(args, fast, stream);
 }
 
 }  // namespace mla::kernels

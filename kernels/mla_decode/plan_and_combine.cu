@@ -266,9 +266,13 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 
-void launch_combine_kernel(const DecodeKernelArgs& args, cudaStream_t stream) {
+void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream) {
   const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
-  if (!use_split_parallel_combine(args)) {
+  // kFast, when sequences are expected to split many ways and rows are few: lanes over splits.
+  const bool split_parallel =
+      fast && args.shape.num_parts >= kSplitParallelCombineMinPartsPerSeq * args.params.batch &&
+      int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
+  if (!split_parallel) {
     const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
     mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
     MLA_CHECK_LAUNCH("mla_decode_combine");

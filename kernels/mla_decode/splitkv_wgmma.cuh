@@ -52,7 +52,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<WgmmaSharedStorage*>(smem_raw);
-  if (args.trigger_dependents) ptx::launch_dependents();  // the combine may start launching
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
