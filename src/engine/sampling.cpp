@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "model/sampler.h"
 
 namespace mla::engine {
 
@@ -55,36 +56,8 @@ int32_t TokenSampler::sample(std::span<const float> logits, std::span<const int3
       work_[id] -= count * options_.frequency_penalty + options_.presence_penalty;
   }
 
-  int32_t chosen = 0;
-  if (options_.temperature == 0.0f) {
-    chosen = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
-  } else {
-    std::vector<int32_t> order(vocab);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return work_[a] > work_[b]; });
-    int keep = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
-    std::vector<double> probabilities(keep);
-    const double temperature = options_.temperature;
-    const double max_scaled = work_[order[0]] / temperature;
-    double total = 0.0;
-    for (int i = 0; i < keep; ++i) {
-      probabilities[i] = std::exp(work_[order[i]] / temperature - max_scaled);
-      total += probabilities[i];
-    }
-    double mass = 0.0;
-    for (int i = 0; i < keep; ++i) {
-      mass += probabilities[i] / total;
-      if (mass >= options_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-    if (options_.min_p > 0.0f)  // probabilities[0] is the largest, exp(0) = 1
-      while (keep > 1 && probabilities[keep - 1] < options_.min_p * probabilities[0]) --keep;
-    std::discrete_distribution<int> pick(probabilities.begin(), probabilities.begin() + keep);
-    chosen = order[pick(rng_)];
-  }
+  const int32_t chosen = model::draw_token(work_.data(), vocab, options_.temperature,
+                                           options_.top_k, options_.top_p, options_.min_p, rng_);
 
   if (logprobs && options_.logprobs >= 0) {
     const float max_logit = *std::max_element(logits.begin(), logits.end());

@@ -7,9 +7,10 @@
 // OpenAI API defines them); temperature 0 then takes the first maximum. Otherwise: the top_k
 // largest (stable order, ties to the lower id) → the smallest prefix whose probability reaches
 // top_p → drop tokens below min_p × the most likely one → draw from what is left with a
-// mt19937_64 seeded per sequence. Without min_p and penalties this is exactly model::Sampler's
-// draw, so the same seed gives the same tokens as `mla generate`. Log-probabilities are those of
-// the model (log-softmax of the raw logits, before penalties and temperature), as vLLM reports.
+// mt19937_64 seeded per sequence. That draw is model::draw_token, the one model::Sampler makes,
+// so without min_p and penalties the same seed gives the same tokens as `mla generate`.
+// Log-probabilities are those of the model (log-softmax of the raw logits, before penalties and
+// temperature), as vLLM reports.
 #pragma once
 
 #include <cstdint>

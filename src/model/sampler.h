@@ -33,4 +33,11 @@ class Sampler {
 
 int32_t argmax(const float* logits, int vocab_size);
 
+// The draw shared by Sampler and the engine's TokenSampler (so both give the same tokens for the
+// same seed): temperature 0 takes argmax; otherwise logits / temperature → the top_k largest
+// (stable, ties to the lower id; 0: all) → the smallest prefix whose probability reaches top_p →
+// without the tokens below min_p × the most likely one → one draw from `rng`.
+int32_t draw_token(const float* logits, int vocab_size, float temperature, int top_k, float top_p,
+                   float min_p, std::mt19937_64& rng);
+
 }  // namespace mla::model
