@@ -38,6 +38,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The dtype of activations between ops (GEMM inputs and outputs, attention tensors) and of the
+  // latent cache. The residual stream, router logits, LSEs and returned logits are always kF32.
+  virtual DType activation_dtype() const { return DType::kF32; }
 
   // --- Memory.
   virtual Tensor allocate(DType dtype, std::initializer_list<int64_t> shape) = 0;
@@ -56,6 +59,10 @@ class Backend {
   virtual void embedding(const Tensor& table, Tensor& out) = 0;
   // out [rows, d] = x / rms(x) · weight [d].
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // The residual add fused with the next norm: residual [rows, d] (kF32) += delta, then out =
+  // rms_norm(residual) · weight. The default runs add then rms_norm.
+  virtual void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
+                            Tensor& out);
   // out [rows, out_features] = x [rows, in] · weightᵀ, weight [out_features, in].
   virtual void linear(const Tensor& x, const Tensor& weight, Tensor& out) = 0;
   // x += y (same shape).
@@ -72,6 +79,12 @@ class Backend {
   // --- MLA.
   // cache [num_pages, page_size, latent_dim] at plan.slot_mapping[t] = latent [T, latent_dim][t].
   virtual void write_latent_cache(const Tensor& latent, Tensor& cache) = 0;
+  // The MLA latent of every token, fused: from kv_a [T, kv_lora_rank + rotary_dim] (the
+  // kv_a_proj_with_mqa output), latent [T, latent_dim] = [rms_norm(kv_c) · norm_weight |
+  // rope(k_pe)], written to `latent` and to the cache at plan.slot_mapping. The default runs
+  // rms_norm, copy, rope and write_latent_cache.
+  virtual void latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, float eps,
+                                  const RopeTable& rope, Tensor& latent, Tensor& cache);
   // out [slots.size(), latent_dim] = the cache's latents at `slots`.
   virtual void gather_latent_cache(const Tensor& cache, const std::vector<int64_t>& slots,
                                    Tensor& out) = 0;

@@ -28,11 +28,12 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
   const int64_t kv_lora_rank = c.kv_lora_rank;  // 512
   const int64_t latent_dim = c.latent_dim();    // 576
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const DType act = backend_.activation_dtype();
 
   // Queries: [tokens, heads, nope | rope].
-  Tensor q = backend_.allocate(DType::kF32, {tokens, heads * qk_head_dim});
+  Tensor q = backend_.allocate(act, {tokens, heads * qk_head_dim});
   if (c.q_lora_rank > 0) {
-    Tensor q_compressed = backend_.allocate(DType::kF32, {tokens, c.q_lora_rank});
+    Tensor q_compressed = backend_.allocate(act, {tokens, c.q_lora_rank});
     backend_.linear(x, layer.q_a_proj, q_compressed);
     backend_.rms_norm(q_compressed, layer.q_a_layernorm, eps, q_compressed);
     backend_.linear(q_compressed, layer.q_b_proj, q);
@@ -44,25 +45,20 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
   backend_.rope(q_pe, rope_);
 
   // The latent of every token: [kv_c after kv_a_layernorm | k_pe after RoPE], written to the cache.
-  Tensor kv_a = backend_.allocate(DType::kF32, {tokens, latent_dim});
+  Tensor kv_a = backend_.allocate(act, {tokens, latent_dim});
   backend_.linear(x, layer.kv_a_proj_with_mqa, kv_a);
-  Tensor latent = backend_.allocate(DType::kF32, {tokens, latent_dim});
-  Tensor kv_c = latent.slice(1, 0, kv_lora_rank);
-  backend_.rms_norm(kv_a.slice(1, 0, kv_lora_rank), layer.kv_a_layernorm, eps, kv_c);
-  Tensor k_pe = latent.slice(1, kv_lora_rank, rope);
-  backend_.copy(kv_a.slice(1, kv_lora_rank, rope), k_pe);
-  backend_.rope(k_pe, rope_);
-  backend_.write_latent_cache(latent, cache);
+  Tensor latent = backend_.allocate(act, {tokens, latent_dim});
+  backend_.latent_cache_write(kv_a, layer.kv_a_layernorm, eps, rope_, latent, cache);
 
-  Tensor attn = backend_.allocate(DType::kF32, {tokens, heads, v_head_dim});
+  Tensor attn = backend_.allocate(act, {tokens, heads, v_head_dim});
   if (num_decode > 0) {
-    Tensor q_absorbed = backend_.allocate(DType::kF32, {num_decode, heads, latent_dim});
+    Tensor q_absorbed = backend_.allocate(act, {num_decode, heads, latent_dim});
     Tensor q_latent = q_absorbed.slice(2, 0, kv_lora_rank);
     backend_.head_matmul(q_heads.slice(0, 0, num_decode).slice(2, 0, nope), layer.w_uk, false,
                          q_latent);
     Tensor q_absorbed_pe = q_absorbed.slice(2, kv_lora_rank, rope);
     backend_.copy(q_pe.slice(0, 0, num_decode), q_absorbed_pe);
-    Tensor out_latent = backend_.allocate(DType::kF32, {num_decode, heads, kv_lora_rank});
+    Tensor out_latent = backend_.allocate(act, {num_decode, heads, kv_lora_rank});
     Tensor lse = backend_.allocate(DType::kF32, {num_decode, heads});
     backend_.mla_decode(q_absorbed, cache, static_cast<int>(kv_lora_rank), softmax_scale_,
                         out_latent, lse);
@@ -76,10 +72,10 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
     // Keys and values of latents [count, latent_dim]: k = [kv_c · W_UKᵀ | k_pe], v = kv_c · W_UVᵀ.
     auto up_project = [&](const Tensor& latents, Tensor& keys, Tensor& kv) {
       const int64_t count = latents.shape[0];
-      kv = backend_.allocate(DType::kF32, {count, heads * (nope + v_head_dim)});
+      kv = backend_.allocate(act, {count, heads * (nope + v_head_dim)});
       backend_.linear(latents.slice(1, 0, kv_lora_rank), layer.kv_b_proj, kv);
       const Tensor kv_heads = kv.reshape({count, heads, nope + v_head_dim});
-      keys = backend_.allocate(DType::kF32, {count, heads, qk_head_dim});
+      keys = backend_.allocate(act, {count, heads, qk_head_dim});
       Tensor keys_nope = keys.slice(2, 0, nope);
       backend_.copy(kv_heads.slice(2, 0, nope), keys_nope);
       Tensor keys_pe = keys.slice(2, nope, rope);
@@ -95,11 +91,11 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
 
     for (const ContextChunk& chunk : plan.context_chunks) {
       const int64_t gathered = static_cast<int64_t>(chunk.slots.size());
-      Tensor context = backend_.allocate(DType::kF32, {gathered, latent_dim});
+      Tensor context = backend_.allocate(act, {gathered, latent_dim});
       backend_.gather_latent_cache(cache, chunk.slots, context);
       Tensor context_keys, context_kv;
       const Tensor context_values = up_project(context, context_keys, context_kv);
-      Tensor part_out = backend_.allocate(DType::kF32, {num_prefill, heads, v_head_dim});
+      Tensor part_out = backend_.allocate(act, {num_prefill, heads, v_head_dim});
       Tensor part_lse = backend_.allocate(DType::kF32, {num_prefill, heads});
       backend_.attention(q_prefill, context_keys, context_values, chunk.spans, softmax_scale_,
                          part_out, part_lse);
@@ -107,7 +103,7 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
     }
   }
 
-  Tensor projected = backend_.allocate(DType::kF32, {tokens, c.hidden_size});
+  Tensor projected = backend_.allocate(act, {tokens, c.hidden_size});
   backend_.linear(attn.reshape({tokens, heads * v_head_dim}), layer.o_proj, projected);
   return projected;
 }

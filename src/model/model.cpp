@@ -137,8 +137,8 @@ LatentCache Model::allocate_cache(int num_pages, int page_size) {
   cache.num_pages = num_pages;
   cache.page_size = page_size;
   for (int i = 0; i < config_.num_hidden_layers; ++i)
-    cache.layers.push_back(
-        backend_.allocate(DType::kF32, {num_pages, page_size, config_.latent_dim()}));
+    cache.layers.push_back(backend_.allocate(backend_.activation_dtype(),
+                                             {num_pages, page_size, config_.latent_dim()}));
   return cache;
 }
 
@@ -161,22 +161,29 @@ Tensor Model::forward(const ForwardBatch& batch, LatentCache& cache) {
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
 
+  // The residual stream x is fp32; each residual add is fused with the norm that follows it.
   Tensor x = backend_.allocate(DType::kF32, {tokens, hidden});
   backend_.embedding(embed_tokens_, x);
-  Tensor normed = backend_.allocate(DType::kF32, {tokens, hidden});
-  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+  Tensor normed = backend_.allocate(backend_.activation_dtype(), {tokens, hidden});
+  const int num_layers = config_.num_hidden_layers;
+  if (num_layers > 0) backend_.rms_norm(x, layers_[0].input_layernorm, eps, normed);
+  for (int i = 0; i < num_layers; ++i) {
     const LayerWeights& layer = layers_[i];
-    backend_.rms_norm(x, layer.input_layernorm, eps, normed);
-    backend_.add(x, mla_attention(layer, normed, cache.layers[i], plan));
-    backend_.rms_norm(x, layer.post_attention_layernorm, eps, normed);
-    backend_.add(x, layer.is_moe ? moe(layer, normed)
-                                 : mlp(normed, layer.gate_proj, layer.up_proj, layer.down_proj));
+    backend_.add_rms_norm(x, mla_attention(layer, normed, cache.layers[i], plan),
+                          layer.post_attention_layernorm, eps, normed);
+    const Tensor mlp_out = layer.is_moe
+                               ? moe(layer, normed)
+                               : mlp(normed, layer.gate_proj, layer.up_proj, layer.down_proj);
+    if (i + 1 < num_layers)
+      backend_.add_rms_norm(x, mlp_out, layers_[i + 1].input_layernorm, eps, normed);
+    else
+      backend_.add(x, mlp_out);
   }
 
   const int64_t rows = static_cast<int64_t>(plan.logit_rows.size());
   Tensor selected = backend_.allocate(DType::kF32, {rows, hidden});
   backend_.gather_rows(x, plan.logit_rows, selected);
-  Tensor final_hidden = backend_.allocate(DType::kF32, {rows, hidden});
+  Tensor final_hidden = backend_.allocate(backend_.activation_dtype(), {rows, hidden});
   backend_.rms_norm(selected, final_norm_, eps, final_hidden);
   Tensor logits = backend_.allocate(DType::kF32, {rows, config_.vocab_size});
   backend_.linear(final_hidden, lm_head_, logits);
@@ -187,12 +194,13 @@ Tensor Model::mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_pro
                   const Tensor& down_proj) {
   const int64_t tokens = x.shape[0];
   const int64_t width = gate_proj.shape[0];
-  Tensor gate = backend_.allocate(DType::kF32, {tokens, width});
-  Tensor up = backend_.allocate(DType::kF32, {tokens, width});
+  const DType act = backend_.activation_dtype();
+  Tensor gate = backend_.allocate(act, {tokens, width});
+  Tensor up = backend_.allocate(act, {tokens, width});
   backend_.linear(x, gate_proj, gate);
   backend_.linear(x, up_proj, up);
   backend_.silu_mul(gate, up, gate);
-  Tensor out = backend_.allocate(DType::kF32, {tokens, config_.hidden_size});
+  Tensor out = backend_.allocate(act, {tokens, config_.hidden_size});
   backend_.linear(gate, down_proj, out);
   return out;
 }
@@ -207,7 +215,7 @@ Tensor Model::moe(const LayerWeights& layer, const Tensor& x) {
   Tensor expert_weights = backend_.allocate(DType::kF32, {tokens, top_k});
   backend_.moe_route(router_logits, layer.e_score_correction_bias, routing_, expert_ids,
                      expert_weights);
-  Tensor out = backend_.allocate(DType::kF32, {tokens, config_.hidden_size});
+  Tensor out = backend_.allocate(backend_.activation_dtype(), {tokens, config_.hidden_size});
   backend_.moe_experts(x, expert_ids, expert_weights, layer.experts, out);
   if (!layer.shared_gate_proj.empty())
     backend_.add(out, mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj));

@@ -8,7 +8,15 @@
 namespace mla::model {
 
 size_t dtype_size(DType dtype) {
-  return dtype == DType::kF32 ? sizeof(float) : sizeof(int32_t);
+  switch (dtype) {
+    case DType::kF32:
+      return sizeof(float);
+    case DType::kI32:
+      return sizeof(int32_t);
+    case DType::kBF16:
+      return 2;
+  }
+  return 0;
 }
 
 int64_t Tensor::numel() const {
@@ -87,8 +95,11 @@ std::string describe(const Tensor& tensor) {
     shape += fmt::format("{}{}", d ? ", " : "", tensor.shape[d]);
     strides += fmt::format("{}{}", d ? ", " : "", tensor.stride[d]);
   }
-  return fmt::format("{} [{}] strides [{}]", tensor.dtype == DType::kF32 ? "f32" : "i32", shape,
-                     strides);
+  return fmt::format("{} [{}] strides [{}]",
+                     tensor.dtype == DType::kF32   ? "f32"
+                     : tensor.dtype == DType::kI32 ? "i32"
+                                                   : "bf16",
+                     shape, strides);
 }
 
 }  // namespace mla::model

@@ -15,7 +15,8 @@
 
 namespace mla::model {
 
-enum class DType { kF32, kI32 };
+// kBF16 holds mla::bf16 (a GPU backend's activations, weights and latent cache).
+enum class DType { kF32, kI32, kBF16 };
 
 size_t dtype_size(DType dtype);
 

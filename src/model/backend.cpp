@@ -1,0 +1,25 @@
+// The Backend interface's fused ops, as the sequence of plain ops they fuse: what a backend
+// without a fused kernel (the CPU backend) runs, and the definition a fused kernel must match.
+#include "model/backend.h"
+
+namespace mla::model {
+
+void Backend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
+                           Tensor& out) {
+  add(residual, delta);
+  rms_norm(residual, weight, eps, out);
+}
+
+void Backend::latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, float eps,
+                                 const RopeTable& rope_table, Tensor& latent, Tensor& cache) {
+  const int64_t kv_lora_rank = norm_weight.shape[0];
+  const int64_t rotary_dim = kv_a.shape[1] - kv_lora_rank;
+  Tensor kv_c = latent.slice(1, 0, kv_lora_rank);
+  rms_norm(kv_a.slice(1, 0, kv_lora_rank), norm_weight, eps, kv_c);
+  Tensor k_pe = latent.slice(1, kv_lora_rank, rotary_dim);
+  copy(kv_a.slice(1, kv_lora_rank, rotary_dim), k_pe);
+  rope(k_pe, rope_table);
+  write_latent_cache(latent, cache);
+}
+
+}  // namespace mla::model
