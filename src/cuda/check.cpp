@@ -28,9 +28,18 @@ bool sync_check_enabled() {
   return enabled;
 }
 
+namespace {
+thread_local bool thread_capturing = false;
+}
+
+void set_thread_capturing(bool capturing) {
+  thread_capturing = capturing;
+}
+
 void check_launch(const char* what, const char* file, int line) {
   cudaError_t status = cudaGetLastError();
-  if (status == cudaSuccess && sync_check_enabled()) status = cudaDeviceSynchronize();
+  if (status == cudaSuccess && sync_check_enabled() && !thread_capturing)
+    status = cudaDeviceSynchronize();
   if (status != cudaSuccess) {
     throw Error(
         fmt::format("CUDA error {} ({}) after launching {} at {}:{}{}", cudaGetErrorName(status),

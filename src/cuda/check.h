@@ -16,6 +16,8 @@ namespace mla::cuda {
                                      int line);
 void check_launch(const char* what, const char* file, int line);
 bool sync_check_enabled();
+// Set while this thread records a CUDA graph: MLA_SYNC_CHECK must not synchronize then.
+void set_thread_capturing(bool capturing);
 
 }  // namespace mla::cuda
 

@@ -2,7 +2,20 @@
 // without a fused kernel (the CPU backend) runs, and the definition a fused kernel must match.
 #include "model/backend.h"
 
+#include <random>
+
 namespace mla::model {
+
+Tensor Backend::random_weight(const std::string& name, std::initializer_list<int64_t> shape,
+                              uint64_t seed, float stddev) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& v : values) v = normal(rng);
+  return upload_weight(name, std::move(values), shape);
+}
 
 void Backend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
                            Tensor& out) {

@@ -47,12 +47,28 @@ class Backend {
   // A checkpoint weight, given as fp32 host values; the backend stores it in its own format.
   virtual Tensor upload_weight(const std::string& name, std::vector<float> values,
                                std::initializer_list<int64_t> shape) = 0;
+  // A weight of random values ≈ Normal(0, stddev) (dummy weights for benchmarks), deterministic
+  // in `seed`. The default draws on the host and uploads; a GPU backend fills on the device.
+  virtual Tensor random_weight(const std::string& name, std::initializer_list<int64_t> shape,
+                               uint64_t seed, float stddev);
   virtual void fill(Tensor& dst, float value) = 0;
   // Copies a tensor (any strides) to host memory, densely, in row-major order.
   virtual void copy_to_host(const Tensor& src, float* dst) = 0;
 
-  // --- Once per step, before any op of the step.
+  // --- Once per step, before any op of the step, and after its last op. Tensors allocated in
+  // between belong to the step: a backend may reuse their memory from the next begin_step on.
   virtual void begin_step(const StepPlan& plan) = 0;
+  virtual void end_step() {}
+
+  // --- Step graphs (optional: CUDA graphs). For a decode-only step padded to a batch bucket the
+  // model calls begin_step(padded plan), then replay_step_graph(bucket); if nothing was recorded
+  // for that bucket yet, begin_graph_capture(), the step's ops, end_graph_capture(bucket), which
+  // records them and runs the recording once. A recording must stay valid when replayed after a
+  // begin_step of a plan with the same shapes: per-step data lives at the same addresses.
+  virtual bool supports_step_graphs() const { return false; }
+  virtual bool replay_step_graph(int bucket) { return false; }
+  virtual void begin_graph_capture() {}
+  virtual void end_graph_capture(int bucket) {}
 
   // --- Dense ops.
   // out [T, hidden] = table[plan.token_ids].

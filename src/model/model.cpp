@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "ref/rope.h"
 
@@ -11,9 +13,10 @@ namespace {
 
 using weights::Checkpoint;
 
-Tensor load_weight(const Checkpoint& checkpoint, Backend& backend, const std::string& name,
-                   std::initializer_list<int64_t> shape) {
-  return backend.upload_weight(name, checkpoint.read_f32(name, std::vector<int64_t>(shape)), shape);
+uint64_t name_seed(const std::string& name, uint64_t seed) {
+  uint64_t hash = 1469598103934665603ull ^ seed;  // FNV-1a
+  for (unsigned char c : name) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
 }
 
 }  // namespace
@@ -24,23 +27,47 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, Backend& backen
   return std::make_unique<Model>(checkpoint, backend, options, progress);
 }
 
+std::unique_ptr<Model> Model::dummy(const weights::ModelConfig& config, Backend& backend,
+                                    const ModelOptions& options, const LoadProgress& progress,
+                                    uint64_t seed) {
+  const WeightSource source = [&backend, seed](const std::string& name,
+                                               std::initializer_list<int64_t> shape) {
+    if (shape.size() == 1) {
+      const bool bias = name.find("e_score_correction_bias") != std::string::npos;
+      return backend.upload_weight(name, std::vector<float>(*shape.begin(), bias ? 0.0f : 1.0f),
+                                   shape);
+    }
+    const float in_features = static_cast<float>(*(shape.begin() + 1));
+    return backend.random_weight(name, shape, name_seed(name, seed), 1.0f / std::sqrt(in_features));
+  };
+  return std::make_unique<Model>(config, source, backend, options, progress);
+}
+
 Model::Model(const Checkpoint& checkpoint, Backend& backend, const ModelOptions& options,
              const LoadProgress& progress)
-    : config_(checkpoint.config()), options_(options), backend_(backend) {
+    : Model(
+          checkpoint.config(),
+          [&checkpoint, &backend](const std::string& name, std::initializer_list<int64_t> shape) {
+            return backend.upload_weight(
+                name, checkpoint.read_f32(name, std::vector<int64_t>(shape)), shape);
+          },
+          backend, options, progress) {}
+
+Model::Model(const weights::ModelConfig& config, const WeightSource& weights, Backend& backend,
+             const ModelOptions& options, const LoadProgress& progress)
+    : config_(config), options_(options), backend_(backend) {
   if (options_.context_chunk_tokens <= 0)
     throw_error("model options: context_chunk_tokens must be positive, got {}",
                 options_.context_chunk_tokens);
   const weights::ModelConfig& c = config_;
   const int64_t vocab = c.vocab_size;
   const int64_t hidden = c.hidden_size;
-  embed_tokens_ = load_weight(checkpoint, backend_, "model.embed_tokens.weight", {vocab, hidden});
-  final_norm_ = load_weight(checkpoint, backend_, "model.norm.weight", {hidden});
-  lm_head_ = c.tie_word_embeddings
-                 ? embed_tokens_
-                 : load_weight(checkpoint, backend_, "lm_head.weight", {vocab, hidden});
+  embed_tokens_ = weights("model.embed_tokens.weight", {vocab, hidden});
+  final_norm_ = weights("model.norm.weight", {hidden});
+  lm_head_ = c.tie_word_embeddings ? embed_tokens_ : weights("lm_head.weight", {vocab, hidden});
   layers_.resize(c.num_hidden_layers);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
-    load_layer(checkpoint, i);
+    load_layer(weights, i);
     if (progress) progress(i + 1, c.num_hidden_layers);
   }
 
@@ -71,7 +98,7 @@ Model::Model(const Checkpoint& checkpoint, Backend& backend, const ModelOptions&
   routing_.scale_when_normalized = c.architecture == weights::Architecture::kDeepseekV3;
 }
 
-void Model::load_layer(const Checkpoint& checkpoint, int index) {
+void Model::load_layer(const WeightSource& weights, int index) {
   const weights::ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
   const int64_t heads = c.num_attention_heads;
@@ -79,7 +106,7 @@ void Model::load_layer(const Checkpoint& checkpoint, int index) {
   const int64_t kv_lora_rank = c.kv_lora_rank;
   const std::string prefix = fmt::format("model.layers.{}.", index);
   auto load = [&](const std::string& name, std::initializer_list<int64_t> shape) {
-    return load_weight(checkpoint, backend_, prefix + name, shape);
+    return weights(prefix + name, shape);
   };
   LayerWeights& layer = layers_[index];
   layer.input_layernorm = load("input_layernorm.weight", {hidden});
@@ -156,7 +183,50 @@ Tensor Model::forward(const ForwardBatch& batch, LatentCache& cache) {
   MLA_CHECK_EQ(static_cast<int>(cache.layers.size()), config_.num_hidden_layers);
   const StepPlan plan = make_step_plan(batch, {cache.num_pages, cache.page_size},
                                        config_.vocab_size, options_.context_chunk_tokens);
-  backend_.begin_step(plan);
+  const int max_pages = (options_.graph_max_context + cache.page_size - 1) / cache.page_size;
+  const bool decode_only = plan.num_decode_tokens == plan.num_tokens;
+  const int bucket =
+      decode_only && plan.decode_max_pages <= max_pages ? graph_bucket(plan.num_tokens) : 0;
+  if (bucket == 0) {
+    backend_.begin_step(plan);
+    Tensor logits = run_layers(plan, cache);
+    backend_.end_step();
+    return logits;
+  }
+  // A step graph: the plan padded to the bucket, recorded once per (cache, bucket), replayed.
+  const StepPlan padded = pad_decode_plan(plan, bucket, max_pages);
+  const GraphKey key{cache.layers.empty() ? nullptr : cache.layers[0].data, cache.num_pages,
+                     bucket};
+  backend_.begin_step(padded);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end() || !backend_.replay_step_graph(it->second.first)) {
+    const int graph_id =
+        it == graphs_.end() ? static_cast<int>(graphs_.size()) + 1 : it->second.first;
+    backend_.begin_graph_capture();
+    Tensor logits;
+    try {
+      logits = run_layers(padded, cache);
+    } catch (...) {
+      backend_.end_graph_capture(-1);
+      backend_.end_step();
+      throw;
+    }
+    backend_.end_graph_capture(graph_id);
+    it = graphs_.insert_or_assign(key, std::make_pair(graph_id, logits)).first;
+  }
+  backend_.end_step();
+  return it->second.second.slice(0, 0, static_cast<int64_t>(plan.logit_rows.size()));
+}
+
+int Model::graph_bucket(int rows) const {
+  if (!options_.step_graphs || !backend_.supports_step_graphs()) return 0;
+  if (rows < 1 || rows > options_.max_graph_batch) return 0;
+  for (int bucket : {1, 2, 4, 8, 16, 24, 32})
+    if (rows <= bucket) return std::min(bucket, options_.max_graph_batch);
+  return std::min((rows + 15) / 16 * 16, options_.max_graph_batch);
+}
+
+Tensor Model::run_layers(const StepPlan& plan, LatentCache& cache) {
   const int64_t tokens = plan.num_tokens;
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);

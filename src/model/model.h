@@ -12,6 +12,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,13 @@ struct ModelOptions {
   // Cached latents gathered per chunk when a prefill attends to context already in the cache
   // (the workspace is [chunk, latent_dim] plus its up-projection [chunk, heads, 256]).
   int context_chunk_tokens = 4096;
+  // Step graphs (CUDA graphs) for decode-only steps, on backends that have them: one recording
+  // per batch bucket (1, 2, 4, 8, 16, 24, 32, then steps of 16 up to max_graph_batch), replayed
+  // with the step's data. Steps that are not decode-only, are larger than max_graph_batch or have
+  // a sequence longer than graph_max_context tokens run eagerly. false: always eager (debugging).
+  bool step_graphs = true;
+  int max_graph_batch = 256;
+  int graph_max_context = 16384;
 };
 
 // One layer's weights; names as in the checkpoint (model.layers.N.<name>).
@@ -67,12 +75,24 @@ class Model {
   // Called after each layer's weights are on the backend: (layers loaded, layers in all).
   using LoadProgress = std::function<void(int, int)>;
 
+  // Where the weights come from: (checkpoint name, shape) -> the tensor on the backend.
+  using WeightSource =
+      std::function<Tensor(const std::string& name, std::initializer_list<int64_t> shape)>;
+
   // Loads a model directory onto `backend`, which must outlive the model.
   static std::unique_ptr<Model> load(const std::string& model_dir, Backend& backend,
                                      const ModelOptions& options = {},
                                      const LoadProgress& progress = {});
+  // Random weights of the config's shapes (--load-format dummy): linear weights ~ N(0, 1/in),
+  // norm weights 1, the MoE correction bias 0; made on the backend, no file read. For measuring
+  // speed and memory of a full-size model without its checkpoint.
+  static std::unique_ptr<Model> dummy(const weights::ModelConfig& config, Backend& backend,
+                                      const ModelOptions& options = {},
+                                      const LoadProgress& progress = {}, uint64_t seed = 0);
   Model(const weights::Checkpoint& checkpoint, Backend& backend, const ModelOptions& options,
         const LoadProgress& progress = {});
+  Model(const weights::ModelConfig& config, const WeightSource& weights, Backend& backend,
+        const ModelOptions& options, const LoadProgress& progress = {});
 
   const weights::ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
@@ -88,13 +108,17 @@ class Model {
   // batch.logit_rows, [logit_rows, vocab_size] fp32 in the backend's memory.
   Tensor forward(const ForwardBatch& batch, LatentCache& cache);
 
+  // The batch bucket a decode-only step of `rows` rows is padded to (0: none, run eagerly).
+  int graph_bucket(int rows) const;
+
  private:
+  Tensor run_layers(const StepPlan& plan, LatentCache& cache);
   Tensor mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& cache,
                        const StepPlan& plan);
   Tensor mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_proj,
              const Tensor& down_proj);
   Tensor moe(const LayerWeights& layer, const Tensor& x);
-  void load_layer(const weights::Checkpoint& checkpoint, int index);
+  void load_layer(const WeightSource& weights, int index);
 
   weights::ModelConfig config_;
   ModelOptions options_;
@@ -106,6 +130,14 @@ class Model {
   RopeTable rope_;
   float softmax_scale_ = 0.f;
   ref::MoeRoutingParams routing_;
+  // Step graphs: the logits tensor each recording leaves, by (cache, bucket) key.
+  struct GraphKey {
+    const void* cache = nullptr;
+    int num_pages = 0;
+    int bucket = 0;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  std::map<GraphKey, std::pair<int, Tensor>> graphs_;  // key -> (backend graph id, logits)
 };
 
 }  // namespace mla::model

@@ -131,4 +131,26 @@ StepPlan make_step_plan(const ForwardBatch& batch, const CacheGeometry& cache, i
   return plan;
 }
 
+StepPlan pad_decode_plan(const StepPlan& plan, int batch, int max_pages) {
+  MLA_CHECK_EQ(plan.num_decode_tokens, plan.num_tokens);
+  MLA_CHECK(batch >= plan.num_tokens && max_pages >= plan.decode_max_pages);
+  MLA_CHECK(static_cast<int>(plan.logit_rows.size()) <= batch);
+  StepPlan padded = plan;
+  padded.num_tokens = batch;
+  padded.num_decode_tokens = batch;
+  padded.token_ids.resize(batch, 0);
+  padded.positions.resize(batch, 0);
+  padded.slot_mapping.resize(batch, -1);
+  padded.decode_seqlens.resize(batch, 0);
+  padded.decode_max_pages = max_pages;
+  padded.decode_block_table.assign(static_cast<size_t>(batch) * max_pages, 0);
+  for (int row = 0; row < plan.num_tokens; ++row)
+    std::copy_n(plan.decode_block_table.begin() + static_cast<size_t>(row) * plan.decode_max_pages,
+                plan.decode_max_pages,
+                padded.decode_block_table.begin() + static_cast<size_t>(row) * max_pages);
+  for (int row = static_cast<int>(plan.logit_rows.size()); row < batch; ++row)
+    padded.logit_rows.push_back(row < plan.num_tokens ? 0 : row);
+  return padded;
+}
+
 }  // namespace mla::model

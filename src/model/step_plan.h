@@ -72,6 +72,12 @@ struct CacheGeometry {
   int page_size = 64;
 };
 
+// A decode-only plan padded to `batch` rows for a step graph (every step of a bucket then has the
+// same shapes): padding rows read token 0 at position 0, decode nothing (seqlen 0) and write no
+// latent (slot -1); the block table is `max_pages` wide; logit rows are the plan's, then padding
+// rows, `batch` in all, so the first plan.logit_rows.size() logits are the plan's.
+StepPlan pad_decode_plan(const StepPlan& plan, int batch, int max_pages);
+
 // Validates the batch against the cache and the vocabulary (mla::Error naming the offending
 // sequence/row) and derives the plan. Pure: no backend, no memory beyond the plan.
 StepPlan make_step_plan(const ForwardBatch& batch, const CacheGeometry& cache, int vocab_size,

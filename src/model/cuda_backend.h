@@ -1,0 +1,146 @@
+// The CUDA backend: the Backend interface on one GPU (sm_90a), with the kernels of kernels/ and
+// cuBLAS. Weights and the latent cache are bf16; activations between ops are bf16; the residual
+// stream, router logits, LSEs and logits are fp32; every op accumulates in fp32.
+//
+// Memory: weights and caches are their own device allocations; everything a step allocates
+// (activations, the step's metadata, the decode plan, MoE workspaces) comes from one DeviceArena
+// reset at begin_step. So a step never calls the driver's allocator, and the same plan shape gets
+// the same addresses, which is what makes step graphs (CUDA graphs, one per decode batch bucket)
+// replayable. The one subtle thing: per-step host data (token ids, positions, slots, block tables,
+// spans, gather lists) is uploaded in begin_step in one copy, and the ops find their device copy by
+// the address of the StepPlan member they are handed (the model passes plan members by reference).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/arena.h"
+#include "cuda/device.h"
+#include "mla/kernels/mla_decode.h"
+#include "model/backend.h"
+
+struct cublasContext;
+
+namespace mla::model {
+
+struct CudaBackendOptions {
+  size_t arena_bytes = size_t(512) << 20;  // per-step memory (see the header comment)
+  kernels::MlaDecodeKernel decode_kernel = kernels::MlaDecodeKernel::kFast;
+};
+
+struct CudaBackendStats {
+  size_t weight_bytes = 0;  // device bytes of every upload_weight / random_weight
+  size_t cache_bytes = 0;   // device bytes of allocations outside steps (latent caches)
+  int graphs_captured = 0;
+  int64_t graph_replays = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::kBF16; }
+  cudaStream_t stream() const { return stream_; }
+  const cuda::DeviceInfo& device() const { return device_; }
+  const CudaBackendStats& stats() const { return stats_; }
+  const cuda::DeviceArena& arena() const { return arena_; }
+  // Replaces the per-step arena (memory planning sizes it after a profiling step). Drops every
+  // recorded graph, which points into the old one.
+  void resize_arena(size_t bytes);
+
+  Tensor allocate(DType dtype, std::initializer_list<int64_t> shape) override;
+  Tensor upload_weight(const std::string& name, std::vector<float> values,
+                       std::initializer_list<int64_t> shape) override;
+  // Filled on the device (kernels/fill.h: ≈ Normal(0, stddev) clipped at 4 stddev), bf16.
+  Tensor random_weight(const std::string& name, std::initializer_list<int64_t> shape, uint64_t seed,
+                       float stddev) override;
+  void fill(Tensor& dst, float value) override;
+  void copy_to_host(const Tensor& src, float* dst) override;
+  void begin_step(const StepPlan& plan) override;
+  void end_step() override;
+
+  bool supports_step_graphs() const override { return true; }
+  bool replay_step_graph(int bucket) override;
+  void begin_graph_capture() override;
+  void end_graph_capture(int bucket) override;
+
+  void embedding(const Tensor& table, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
+                    Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& weight, Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override;
+  void rope(Tensor& x, const RopeTable& rope) override;
+
+  void write_latent_cache(const Tensor& latent, Tensor& cache) override;
+  void latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, float eps,
+                          const RopeTable& rope, Tensor& latent, Tensor& cache) override;
+  void gather_latent_cache(const Tensor& cache, const std::vector<int64_t>& slots,
+                           Tensor& out) override;
+  void head_matmul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& out) override;
+  void mla_decode(const Tensor& q, const Tensor& cache, int head_dim_v, float softmax_scale,
+                  Tensor& out, Tensor& lse) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const std::vector<AttentionSpan>& spans, float softmax_scale, Tensor& out,
+                 Tensor& lse) override;
+  void merge_attention(Tensor& out, Tensor& lse, const Tensor& part_out,
+                       const Tensor& part_lse) override;
+
+  void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
+                 const ref::MoeRoutingParams& params, Tensor& expert_ids,
+                 Tensor& expert_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   const ExpertWeights& experts, Tensor& out) override;
+
+ private:
+  // The device copy of a StepPlan member uploaded by begin_step (by the member's address).
+  const void* step_data(const void* host_member, const char* what) const;
+  void* arena_allocate(size_t bytes, const std::string& what);
+  const float* inv_freq_on_device(const RopeTable& rope);
+  Tensor bf16_input(const Tensor& x);  // x itself when bf16, else a bf16 copy in the arena
+
+  CudaBackendOptions options_;
+  cuda::DeviceInfo device_;
+  cudaStream_t stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  cuda::DeviceBuffer<char> cublas_workspace_;
+  cuda::DeviceArena arena_;
+  CudaBackendStats stats_;
+
+  // The step: its plan, the device copies of its members, the decode plan state.
+  const StepPlan* plan_ = nullptr;
+  bool in_step_ = false;
+  std::unordered_map<const void*, const void*> step_data_;
+  std::vector<char> staging_layout_;  // reused host buffer for building the upload
+  char* staging_pinned_ = nullptr;    // pinned copy source
+  size_t staging_pinned_bytes_ = 0;
+  cudaEvent_t staging_done_ = nullptr;
+  const int32_t* decode_seqlens_ = nullptr;
+  const int32_t* decode_block_table_ = nullptr;
+  void* decode_workspace_ = nullptr;  // planned for this step when non-null
+  size_t decode_workspace_bytes_ = 0;
+  int decode_planned_heads_ = 0;
+
+  // Long-lived device data made on first use.
+  std::unordered_map<const RopeTable*, cuda::DeviceBuffer<float>> inv_freq_;
+  std::unordered_map<const ExpertWeights*, cuda::DeviceBuffer<const void*>> expert_pointers_;
+
+  // Step graphs by batch bucket.
+  std::map<int, cudaGraphExec_t> graphs_;
+  bool capturing_ = false;
+};
+
+}  // namespace mla::model
