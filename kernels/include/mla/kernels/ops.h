@@ -73,8 +73,9 @@ void launch_silu_mul(Strided2D gate, Strided2D up, int64_t rows, int64_t cols, S
 void launch_copy(Strided3D src, Strided3D dst, int64_t d0, int64_t d1, int64_t d2,
                  cudaStream_t stream);
 
-// out[i] = x[rows[i]] for i < count ([count, cols]); rows int32 [count] device, trusted to be
-// valid rows of x (x's row count is not known here).
+// out[i] = x[rows[i]] for i < count ([count, cols]); rows int32 [count] device. A negative row
+// gives zeros; other rows are trusted to be rows of x (x's row count is not known here). out must
+// not overlap x.
 void launch_gather_rows(Strided2D x, const int32_t* rows, int64_t count, int64_t cols,
                         Strided2D out, cudaStream_t stream);
 
