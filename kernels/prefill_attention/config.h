@@ -18,7 +18,7 @@ constexpr int kBlockM = kWarps * kRowsPerWarp;
 constexpr int kBlockN = 64;  // keys per tile
 constexpr int kMmaK = 16;
 constexpr int kMmaN = 8;
-constexpr int kChunkElems = 8;  // one 16-byte cp.async / ldmatrix row = 8 bf16
+constexpr int kChunkElems = 8;                       // one 16-byte cp.async / ldmatrix row = 8 bf16
 constexpr int kChunksQK = kHeadDimQK / kChunkElems;  // 24 per Q/K row
 constexpr int kChunksV = kHeadDimV / kChunkElems;    // 16 per V row
 constexpr int kSwizzleChunks = 8;                    // XOR swizzle period (128 bytes)

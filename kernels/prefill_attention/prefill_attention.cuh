@@ -32,8 +32,9 @@ __device__ __forceinline__ int swizzled_chunk(int row, int chunk, int chunks_per
 // Byte offset of logical chunk `chunk` (a compile-time value once unrolled) in a tile row whose
 // swizzle is already folded into the lane constant `lane_xor` = (lane's chunk offset) ^ (row % 8).
 __device__ __forceinline__ uint32_t swizzled_offset(int row_bytes, int chunk_base, int lane_xor) {
-  return row_bytes + ((chunk_base & ~(kSwizzleChunks - 1)) +
-                      ((chunk_base & (kSwizzleChunks - 1)) ^ lane_xor)) * 16;
+  return row_bytes +
+         ((chunk_base & ~(kSwizzleChunks - 1)) + ((chunk_base & (kSwizzleChunks - 1)) ^ lane_xor)) *
+             16;
 }
 
 // cp.async of a [kRows, kChunks · 8] tile: row r from g_rows + r · row_stride; rows >= valid_rows
@@ -66,9 +67,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = tid % 32;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t s_q = ptx::smem_address(smem);                 // [kBlockM, 192] swizzled
-  const uint32_t s_k = s_q + kSmemQElems * 2;                   // [kStages][kBlockN, 192]
-  const uint32_t s_v = s_k + kStages * kSmemKElems * 2;         // [kStages][kBlockN, 128]
+  const uint32_t s_q = ptx::smem_address(smem);          // [kBlockM, 192] swizzled
+  const uint32_t s_k = s_q + kSmemQElems * 2;            // [kStages][kBlockN, 192]
+  const uint32_t s_v = s_k + kStages * kSmemKElems * 2;  // [kStages][kBlockN, 128]
   constexpr uint32_t kStageBytesK = kSmemKElems * 2;
   constexpr uint32_t kStageBytesV = kSmemVElems * 2;
 
@@ -77,8 +78,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto* v = reinterpret_cast<const __nv_bfloat16*>(p.v);
   const __nv_bfloat16* g_q =
       q + (int64_t(span.q_begin) + m0) * p.q_row_stride + int64_t(head) * p.q_head_stride;
-  const __nv_bfloat16* g_k = k + int64_t(span.k_begin) * p.k_row_stride + int64_t(head) * p.k_head_stride;
-  const __nv_bfloat16* g_v = v + int64_t(span.k_begin) * p.v_row_stride + int64_t(head) * p.v_head_stride;
+  const __nv_bfloat16* g_k =
+      k + int64_t(span.k_begin) * p.k_row_stride + int64_t(head) * p.k_head_stride;
+  const __nv_bfloat16* g_v =
+      v + int64_t(span.k_begin) * p.v_row_stride + int64_t(head) * p.v_head_stride;
 
   // Causal, bottom-right aligned: span row i sees keys [0, i + causal_shift].
   const int causal_shift = span.k_count - span.q_count;
@@ -270,8 +273,9 @@ __global__ void __launch_bounds__(kFillThreads)
     if ((covered >> r) & 1ull) continue;
     const int head = (i % chunks_per_row) / kChunksV;
     const int chunk = i % kChunksV;
-    *reinterpret_cast<uint4*>(out + (r0 + r) * p.out_row_stride + int64_t(head) * p.out_head_stride +
-                              chunk * kChunkElems) = make_uint4(0u, 0u, 0u, 0u);
+    *reinterpret_cast<uint4*>(out + (r0 + r) * p.out_row_stride +
+                              int64_t(head) * p.out_head_stride + chunk * kChunkElems) =
+        make_uint4(0u, 0u, 0u, 0u);
   }
   for (int i = threadIdx.x; i < rows * p.num_heads; i += kFillThreads) {
     const int r = i / p.num_heads;
