@@ -278,6 +278,8 @@ void check_case(const Case& c) {
   const Result got = gpu.compact(raw_out, raw_lse);
 
   const testing::Comparison cmp = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+  fmt::print("{}: out relative L2 {:.2e}, lse max error {:.2e}\n", label, cmp.relative_l2,
+             cmp.max_lse_relative);
   EXPECT_EQ(cmp.nan_count, 0u) << label << ": NaN in out/lse (unwritten, or leaked from poison)";
   EXPECT_EQ(cmp.inf_mismatch, 0u) << label << ": lse -inf where the reference has none, or v.v.";
   EXPECT_LE(cmp.relative_l2, kMaxRelativeL2) << label;
