@@ -65,9 +65,11 @@ PrefillBenchRow run_case(const PrefillBenchCase& c, int runs, EventTimer& timer,
   p.spans = d_spans.data();
   p.num_spans = c.batch;
   p.max_span_q_count = c.seqlen;
+  p.tile_rows = c.tile_rows;
 
   PrefillBenchRow row;
   row.config = c;
+  row.tile_rows = kernels::prefill_attention_launch_shape(p).tile_rows;
   row.us = timer.median_us([&] { kernels::launch_prefill_attention(p, stream); }, runs);
   row.flops = 2.0 * (kPrefillHeadDimQK + kPrefillHeadDimV) * double(c.seqlen) * c.seqlen / 2 *
               heads * c.batch;
@@ -83,7 +85,10 @@ std::vector<PrefillBenchRow> run_prefill_bench(const PrefillBenchOptions& option
   std::vector<PrefillBenchRow> rows;
   const std::vector<PrefillBenchCase> cases =
       options.only ? std::vector<PrefillBenchCase>{*options.only} : prefill_bench_sweep();
-  for (const PrefillBenchCase& c : cases) rows.push_back(run_case(c, options.runs, timer, stream));
+  for (PrefillBenchCase c : cases) {
+    if (options.tile_rows != 0) c.tile_rows = options.tile_rows;
+    rows.push_back(run_case(c, options.runs, timer, stream));
+  }
   return rows;
 }
 
@@ -92,8 +97,8 @@ std::string prefill_table_header() {
 }
 
 std::string prefill_table_line(const PrefillBenchRow& row) {
-  return fmt::format("{:>5} {:>7} {:>5} {:>10.1f} {:>9.1f}", row.config.num_heads,
-                     row.config.seqlen, row.config.batch, row.us, row.tflops);
+  return fmt::format("{:>5} {:>7} {:>5} {:>5} {:>10.1f} {:>9.1f}", row.config.num_heads,
+                     row.config.seqlen, row.config.batch, row.tile_rows, row.us, row.tflops);
 }
 
 nlohmann::json prefill_bench_json(const std::string& gpu, const std::string& date,
@@ -110,6 +115,7 @@ nlohmann::json prefill_bench_json(const std::string& gpu, const std::string& dat
     list.push_back({{"heads", row.config.num_heads},
                     {"seqlen", row.config.seqlen},
                     {"batch", row.config.batch},
+                    {"tile_rows", row.tile_rows},
                     {"us", row.us},
                     {"tflops", row.tflops}});
   json["rows"] = list;

@@ -18,6 +18,7 @@ struct PrefillBenchCase {
   int num_heads = 16;
   int seqlen = 1024;  // q = k per span, causal
   int batch = 16;     // spans
+  int tile_rows = 0;  // 0: the launcher's choice
 };
 
 // heads ∈ {16, 128} × seqlen ∈ {1024, 4096, 8192}, batch = 16384 / seqlen.
@@ -25,14 +26,16 @@ std::vector<PrefillBenchCase> prefill_bench_sweep();
 
 struct PrefillBenchRow {
   PrefillBenchCase config;
-  double us = 0;     // median
-  double flops = 0;  // causal: 2 · 320 · s² / 2 · heads · batch
+  int tile_rows = 0;  // the CTA shape that ran
+  double us = 0;      // median
+  double flops = 0;   // causal: 2 · 320 · s² / 2 · heads · batch
   double tflops = 0;
 };
 
 struct PrefillBenchOptions {
   int runs = 20;
   std::optional<PrefillBenchCase> only;
+  int tile_rows = 0;  // forced CTA shape (64 or 128); 0: the launcher's choice
 };
 
 std::vector<PrefillBenchRow> run_prefill_bench(const PrefillBenchOptions& options,

@@ -5,6 +5,22 @@
 
 namespace mla::kernels::prefill {
 
+namespace {
+
+template <class Tile>
+void launch_span_kernel(const PrefillAttentionParams& params, const PrefillLaunchShape& shape,
+                        cudaStream_t stream) {
+  MLA_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<Tile>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Tile::kSmemBytes));
+  prefill_attention_kernel<Tile>
+      <<<dim3(shape.q_tiles, shape.spans, shape.heads), Tile::kThreads, Tile::kSmemBytes, stream>>>(
+          params);
+  MLA_CHECK_LAUNCH("prefill_attention");
+}
+
+}  // namespace
+
 void launch_prefill_kernels(const PrefillAttentionParams& params, const PrefillLaunchShape& shape,
                             cudaStream_t stream) {
   if (shape.fill_blocks > 0) {
@@ -12,13 +28,11 @@ void launch_prefill_kernels(const PrefillAttentionParams& params, const PrefillL
         params);
     MLA_CHECK_LAUNCH("prefill_fill_uncovered");
   }
-  if (shape.q_tiles > 0 && shape.spans > 0) {
-    MLA_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    prefill_attention_kernel<<<dim3(shape.q_tiles, shape.spans, shape.heads), kThreads, kSmemBytes,
-                               stream>>>(params);
-    MLA_CHECK_LAUNCH("prefill_attention");
-  }
+  if (shape.q_tiles == 0 || shape.spans == 0) return;
+  if (shape.tile_rows == LargeTile::kBlockM)
+    launch_span_kernel<LargeTile>(params, shape, stream);
+  else
+    launch_span_kernel<SmallTile>(params, shape, stream);
 }
 
 }  // namespace mla::kernels::prefill

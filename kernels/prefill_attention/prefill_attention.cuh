@@ -39,7 +39,7 @@ __device__ __forceinline__ uint32_t swizzled_offset(int row_bytes, int chunk_bas
 
 // cp.async of a [kRows, kChunks · 8] tile: row r from g_rows + r · row_stride; rows >= valid_rows
 // are zero-filled without a read (the source operand is then `g_fallback`, any valid pointer).
-template <int kRows, int kChunks>
+template <int kRows, int kChunks, int kThreads>
 __device__ __forceinline__ void load_tile(uint32_t s_tile, const __nv_bfloat16* g_rows,
                                           int64_t row_stride, int valid_rows,
                                           const __nv_bfloat16* g_fallback, int tid) {
@@ -55,8 +55,11 @@ __device__ __forceinline__ void load_tile(uint32_t s_tile, const __nv_bfloat16* 
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     prefill_attention_kernel(const __grid_constant__ PrefillAttentionParams p) {
+  constexpr int kBlockM = Tile::kBlockM;
+  constexpr int kThreads = Tile::kThreads;
   const AttentionSpanDevice span = p.spans[blockIdx.y];
   // Reversed so that the heaviest causal tiles (the last rows) start first.
   const int m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t s_q = ptx::smem_address(smem);          // [kBlockM, 192] swizzled
-  const uint32_t s_k = s_q + kSmemQElems * 2;            // [kStages][kBlockN, 192]
+  const uint32_t s_k = s_q + Tile::kSmemQElems * 2;      // [kStages][kBlockN, 192]
   const uint32_t s_v = s_k + kStages * kSmemKElems * 2;  // [kStages][kBlockN, 128]
   constexpr uint32_t kStageBytesK = kSmemKElems * 2;
   constexpr uint32_t kStageBytesV = kSmemVElems * 2;
@@ -90,10 +93,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 
   if (n_tiles > 0) {
-    load_tile<kBlockM, kChunksQK>(s_q, g_q, p.q_row_stride, min(kBlockM, span.q_count - m0), q,
-                                  tid);
-    load_tile<kBlockN, kChunksQK>(s_k, g_k, p.k_row_stride, min(kBlockN, span.k_count), k, tid);
-    load_tile<kBlockN, kChunksV>(s_v, g_v, p.v_row_stride, min(kBlockN, span.k_count), v, tid);
+    load_tile<kBlockM, kChunksQK, kThreads>(s_q, g_q, p.q_row_stride,
+                                            min(kBlockM, span.q_count - m0), q, tid);
+    load_tile<kBlockN, kChunksQK, kThreads>(s_k, g_k, p.k_row_stride, min(kBlockN, span.k_count), k,
+                                            tid);
+    load_tile<kBlockN, kChunksV, kThreads>(s_v, g_v, p.v_row_stride, min(kBlockN, span.k_count), v,
+                                           tid);
   }
   ptx::cp_async_commit();
 
@@ -127,10 +132,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (tile + 1 < n_tiles) {
       const int next = (tile + 1) * kBlockN;
       const int stage = (tile + 1) % kStages;
-      load_tile<kBlockN, kChunksQK>(s_k + stage * kStageBytesK, g_k + next * p.k_row_stride,
-                                    p.k_row_stride, min(kBlockN, span.k_count - next), k, tid);
-      load_tile<kBlockN, kChunksV>(s_v + stage * kStageBytesV, g_v + next * p.v_row_stride,
-                                   p.v_row_stride, min(kBlockN, span.k_count - next), v, tid);
+      load_tile<kBlockN, kChunksQK, kThreads>(s_k + stage * kStageBytesK,
+                                              g_k + next * p.k_row_stride, p.k_row_stride,
+                                              min(kBlockN, span.k_count - next), k, tid);
+      load_tile<kBlockN, kChunksV, kThreads>(s_v + stage * kStageBytesV,
+                                             g_v + next * p.v_row_stride, p.v_row_stride,
+                                             min(kBlockN, span.k_count - next), v, tid);
     }
     ptx::cp_async_commit();
     const uint32_t s_k_tile = s_k + (tile % kStages) * kStageBytesK;

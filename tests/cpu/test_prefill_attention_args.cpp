@@ -83,6 +83,7 @@ TEST(PrefillAttentionArgs, RejectsBadShapes) {
   expect_rejected([](auto& p) { p.max_span_q_count = 1001; }, "max_span_q_count");
   expect_rejected([](auto& p) { p.max_span_q_count = -1; }, "max_span_q_count");
   expect_rejected([](auto& p) { p.spans = nullptr; }, "spans is null");
+  expect_rejected([](auto& p) { p.tile_rows = 32; }, "tile_rows");
 }
 
 TEST(PrefillAttentionArgs, RejectsBadPointersAndStrides) {
@@ -102,7 +103,8 @@ TEST(PrefillAttentionArgs, RejectsBadPointersAndStrides) {
 TEST(PrefillAttentionArgs, LaunchShape) {
   PrefillAttentionParams p = valid_params();
   PrefillLaunchShape shape = prefill_attention_launch_shape(p);
-  EXPECT_EQ(shape.q_tiles, 9);  // ceil(513 / 64)
+  EXPECT_EQ(shape.tile_rows, 64);  // automatic
+  EXPECT_EQ(shape.q_tiles, 9);     // ceil(513 / 64)
   EXPECT_EQ(shape.spans, 3);
   EXPECT_EQ(shape.heads, 16);
   EXPECT_EQ(shape.fill_blocks, 16);  // ceil(1000 / 64)
@@ -113,6 +115,12 @@ TEST(PrefillAttentionArgs, LaunchShape) {
   EXPECT_EQ(shape.fill_blocks, 1);
   p.max_span_q_count = 0;
   EXPECT_EQ(prefill_attention_launch_shape(p).q_tiles, 0);
+  p.max_span_q_count = 513;
+  p.num_q_rows = 1000;
+  p.tile_rows = 128;
+  shape = prefill_attention_launch_shape(p);
+  EXPECT_EQ(shape.tile_rows, 128);
+  EXPECT_EQ(shape.q_tiles, 5);  // ceil(513 / 128)
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // the kernel must not read, out and lse poisoned with NaN (every element must be written; padding
 // of out must stay untouched), q_count not a multiple of 64, k_count 0, causal with k_count <
 // q_count (top rows see no key), 8k-token spans, many small spans, heads 1..128, strided views
-// (v inside a [rows, heads, 256] kv tensor), and flat as well as peaked softmaxes.
+// (v inside a [rows, heads, 256] kv tensor), flat as well as peaked softmaxes, and both CTA
+// shapes (64- and 128-row tiles).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -265,45 +266,50 @@ std::string describe(const Case& c) {
   return fmt::format("{} (heads {}, sigma {}, spans{})", c.name, c.heads, c.sigma, spans);
 }
 
+// Runs the case with both CTA shapes (64- and 128-row tiles) against one reference.
 void check_case(const Case& c) {
-  const std::string label = describe(c);
   const Problem p = make_problem(c);
   const Result want = run_reference(p);
   GpuProblem gpu(p);
-  gpu.poison(nullptr);
-  kernels::launch_prefill_attention(gpu.params(), nullptr);
-  MLA_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<bf16> raw_out = gpu.raw_out();
-  const std::vector<float> raw_lse = gpu.raw_lse();
-  const Result got = gpu.compact(raw_out, raw_lse);
+  for (int tile_rows : {64, 128}) {
+    const std::string label = fmt::format("{}, tile {}", describe(c), tile_rows);
+    PrefillAttentionParams params = gpu.params();
+    params.tile_rows = tile_rows;
+    gpu.poison(nullptr);
+    kernels::launch_prefill_attention(params, nullptr);
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<bf16> raw_out = gpu.raw_out();
+    const std::vector<float> raw_lse = gpu.raw_lse();
+    const Result got = gpu.compact(raw_out, raw_lse);
 
-  const testing::Comparison cmp = testing::compare_decode(got.out, want.out, got.lse, want.lse);
-  fmt::print("{}: out relative L2 {:.2e}, lse max error {:.2e}\n", label, cmp.relative_l2,
-             cmp.max_lse_relative);
-  EXPECT_EQ(cmp.nan_count, 0u) << label << ": NaN in out/lse (unwritten, or leaked from poison)";
-  EXPECT_EQ(cmp.inf_mismatch, 0u) << label << ": lse -inf where the reference has none, or v.v.";
-  EXPECT_LE(cmp.relative_l2, kMaxRelativeL2) << label;
-  EXPECT_LE(cmp.max_lse_relative, kMaxLseRelative) << label;
-  // Rows without keys (and uncovered rows) are exactly 0 / -inf.
-  size_t not_empty = 0;
-  for (size_t i = 0; i < want.lse.size(); ++i) {
-    if (!std::isinf(want.lse[i])) continue;
-    if (!(std::isinf(got.lse[i]) && got.lse[i] < 0)) ++not_empty;
-    for (int d = 0; d < kDv; ++d)
-      if (got.out[i * kDv + d] != 0.f) ++not_empty;
+    const testing::Comparison cmp = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+    fmt::print("{}: out relative L2 {:.2e}, lse max error {:.2e}\n", label, cmp.relative_l2,
+               cmp.max_lse_relative);
+    EXPECT_EQ(cmp.nan_count, 0u) << label << ": NaN in out/lse (unwritten, or leaked from poison)";
+    EXPECT_EQ(cmp.inf_mismatch, 0u) << label << ": lse -inf where the reference has none, or v.v.";
+    EXPECT_LE(cmp.relative_l2, kMaxRelativeL2) << label;
+    EXPECT_LE(cmp.max_lse_relative, kMaxLseRelative) << label;
+    // Rows without keys (and uncovered rows) are exactly 0 / -inf.
+    size_t not_empty = 0;
+    for (size_t i = 0; i < want.lse.size(); ++i) {
+      if (!std::isinf(want.lse[i])) continue;
+      if (!(std::isinf(got.lse[i]) && got.lse[i] < 0)) ++not_empty;
+      for (int d = 0; d < kDv; ++d)
+        if (got.out[i * kDv + d] != 0.f) ++not_empty;
+    }
+    EXPECT_EQ(not_empty, 0u) << label << ": rows that see no key must be out 0, lse -inf";
+    EXPECT_EQ(written_padding(p, raw_out, raw_lse), 0u) << label << ": wrote outside out/lse";
+
+    // Same inputs again: bit-identical.
+    gpu.poison(nullptr);
+    kernels::launch_prefill_attention(params, nullptr);
+    const std::vector<bf16> out_again = gpu.raw_out();
+    EXPECT_EQ(0, std::memcmp(out_again.data(), raw_out.data(), raw_out.size() * sizeof(bf16)))
+        << label << ": out differs between two runs";
+    const std::vector<float> lse_again = gpu.raw_lse();
+    EXPECT_EQ(0, std::memcmp(lse_again.data(), raw_lse.data(), raw_lse.size() * sizeof(float)))
+        << label << ": lse differs between two runs";
   }
-  EXPECT_EQ(not_empty, 0u) << label << ": rows that see no key must be out 0, lse -inf";
-  EXPECT_EQ(written_padding(p, raw_out, raw_lse), 0u) << label << ": wrote outside out/lse";
-
-  // Same inputs again: bit-identical.
-  gpu.poison(nullptr);
-  kernels::launch_prefill_attention(gpu.params(), nullptr);
-  const std::vector<bf16> out_again = gpu.raw_out();
-  EXPECT_EQ(0, std::memcmp(out_again.data(), raw_out.data(), raw_out.size() * sizeof(bf16)))
-      << label << ": out differs between two runs";
-  const std::vector<float> again = gpu.raw_lse();
-  EXPECT_EQ(0, std::memcmp(again.data(), raw_lse.data(), raw_lse.size() * sizeof(float)))
-      << label << ": lse differs between two runs";
 }
 
 TEST(PrefillAttentionGpu, SingleSpansCausalAndNot) {

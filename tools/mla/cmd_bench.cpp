@@ -117,6 +117,7 @@ struct BenchPrefillOptions {
   std::string json_path;
   std::string commit = "unknown";
   std::string only;  // "heads,seqlen,batch"
+  int tile_rows = 0;
 };
 
 void run_bench_prefill(const BenchPrefillOptions& options) {
@@ -130,6 +131,7 @@ void run_bench_prefill(const BenchPrefillOptions& options) {
                 device.compute_major, device.compute_minor);
   bench::PrefillBenchOptions bench_options;
   bench_options.runs = options.runs;
+  bench_options.tile_rows = options.tile_rows;
   if (!options.only.empty()) {
     bench::PrefillBenchCase only;
     if (std::sscanf(options.only.c_str(), "%d,%d,%d", &only.num_heads, &only.seqlen, &only.batch) !=
@@ -190,6 +192,10 @@ void add_bench_command(CLI::App& app) {
   prefill->add_option("--commit", prefill_options->commit, "Commit id recorded in the JSON");
   prefill->add_option("--only", prefill_options->only,
                       "One configuration heads,seqlen,batch instead of the sweep");
+  prefill
+      ->add_option("--tile-rows", prefill_options->tile_rows,
+                   "Force the CTA shape: 64 or 128 query rows (0: automatic)")
+      ->check(CLI::IsMember({0, 64, 128}));
   prefill->callback([prefill_options] { run_bench_prefill(*prefill_options); });
 }
 

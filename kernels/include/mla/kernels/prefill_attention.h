@@ -56,6 +56,7 @@ struct PrefillAttentionParams {
   const AttentionSpanDevice* spans = nullptr;  // [num_spans] device; q ranges disjoint, in range
   int num_spans = 0;
   int max_span_q_count = 0;  // host-known max q_count over the spans (sizes the grid)
+  int tile_rows = 0;         // query rows per CTA: 64 or 128; 0 = automatic (64 today)
 
   // Fills every stride for contiguous q/k [rows, heads, 192], v [rows, heads, 128],
   // out [rows, heads, 128], lse [rows, heads].
@@ -64,6 +65,7 @@ struct PrefillAttentionParams {
 
 // The grid of the span kernel: x = q tiles of max_span_q_count, y = spans, z = heads.
 struct PrefillLaunchShape {
+  int tile_rows = 0;  // query rows per CTA (64 or 128)
   int q_tiles = 0;
   int spans = 0;
   int heads = 0;
