@@ -59,7 +59,9 @@ template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     prefill_attention_kernel(const __grid_constant__ PrefillAttentionParams p) {
   constexpr int kBlockM = Tile::kBlockM;
+  constexpr int kBlockN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads;
+  constexpr int kMTiles = Tile::kMTilesPerWarp;  // 16-row mma tiles per warp
   const AttentionSpanDevice span = p.spans[blockIdx.y];
   // Reversed so that the heaviest causal tiles (the last rows) start first.
   const int m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
@@ -70,11 +72,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int lane = tid % 32;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t s_q = ptx::smem_address(smem);          // [kBlockM, 192] swizzled
-  const uint32_t s_k = s_q + Tile::kSmemQElems * 2;      // [kStages][kBlockN, 192]
-  const uint32_t s_v = s_k + kStages * kSmemKElems * 2;  // [kStages][kBlockN, 128]
-  constexpr uint32_t kStageBytesK = kSmemKElems * 2;
-  constexpr uint32_t kStageBytesV = kSmemVElems * 2;
+  constexpr uint32_t kStageBytesK = Tile::kSmemKElems * 2;
+  constexpr uint32_t kStageBytesV = Tile::kSmemVElems * 2;
+  const uint32_t s_q = ptx::smem_address(smem);       // [kBlockM, 192] swizzled
+  const uint32_t s_k = s_q + Tile::kSmemQElems * 2;   // [kStages][kBlockN, 192]
+  const uint32_t s_v = s_k + kStages * kStageBytesK;  // [kStages][kBlockN, 128]
 
   const auto* q = reinterpret_cast<const __nv_bfloat16*>(p.q);
   const auto* k = reinterpret_cast<const __nv_bfloat16*>(p.k);
@@ -103,23 +105,31 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   ptx::cp_async_commit();
 
   constexpr int kQkSteps = kHeadDimQK / kMmaK;  // 12
-  constexpr int kSTiles = kBlockN / kMmaN;      // 8
-  constexpr int kOTiles = kHeadDimV / kMmaN;    // 16
-  constexpr int kPvSteps = kBlockN / kMmaK;     // 4
+  constexpr int kSTiles = kBlockN / kMmaN;
+  constexpr int kOTiles = kHeadDimV / kMmaN;  // 16
+  constexpr int kPvSteps = kBlockN / kMmaK;
   constexpr float kNegInf = -__builtin_huge_valf();
 
-  float r_o[kOTiles][4];
+  float r_o[kMTiles][kOTiles][4];
 #pragma unroll
-  for (int i = 0; i < kOTiles; ++i) r_o[i][0] = r_o[i][1] = r_o[i][2] = r_o[i][3] = 0.f;
-  float row_max[2] = {kNegInf, kNegInf};  // running max of the scaled scores, log2 units
-  float row_sum[2] = {0.f, 0.f};          // this thread's part of Σ 2^(s − row_max)
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int i = 0; i < kOTiles; ++i)
+      r_o[mt][i][0] = r_o[mt][i][1] = r_o[mt][i][2] = r_o[mt][i][3] = 0.f;
+  // Per mma tile and per row half (rows g, g + 8): the running max of the scaled scores (log2
+  // units) and this thread's part of Σ 2^(s − row_max).
+  float row_max[kMTiles][2], row_sum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = kNegInf;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
   const float scale_log2 = p.softmax_scale * kLog2e;
-  const int row_a = m0 + warp * kRowsPerWarp + lane / 4;  // span-relative rows of this thread
-  const int rows[2] = {row_a, row_a + 8};
+  const int warp_row0 = m0 + warp * kMTiles * kRowsPerWarp;  // span-relative
   // ldmatrix lane roles (see swizzled_offset): Q as A (rows by lane % 16, chunk + lane / 16), K as
   // B (key by lane % 8 + (lane / 16) · 8, chunk + (lane / 8) % 2), V as B transposed (key by
   // lane % 16, chunk + lane / 16). Every such row is ≡ lane % 8 (mod 8).
-  const int q_lane_row_bytes = (warp * kRowsPerWarp + lane % 16) * kChunksQK * 16;
+  const int q_lane_row_bytes = (warp * kMTiles * kRowsPerWarp + lane % 16) * kChunksQK * 16;
   const int q_lane_xor = (lane / 16) ^ (lane % 8);
   const int k_lane_row_bytes = (lane % 8 + (lane / 16) * 8) * kChunksQK * 16;
   const int k_lane_xor = ((lane / 8) % 2) ^ (lane % 8);
@@ -144,22 +154,31 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     const uint32_t s_v_tile = s_v + (tile % kStages) * kStageBytesV;
     const int n0 = tile * kBlockN;
 
-    // S = Q · Kᵀ for this warp's 16 rows and the tile's 64 keys.
-    float r_s[kSTiles][4];
+    // S = Q · Kᵀ for this warp's rows and the tile's keys; each K fragment serves kMTiles tiles.
+    float r_s[kMTiles][kSTiles][4];
 #pragma unroll
-    for (int i = 0; i < kSTiles; ++i) r_s[i][0] = r_s[i][1] = r_s[i][2] = r_s[i][3] = 0.f;
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int i = 0; i < kSTiles; ++i)
+        r_s[mt][i][0] = r_s[mt][i][1] = r_s[mt][i][2] = r_s[mt][i][3] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < kQkSteps; ++ks) {
-      // Q stays in shared memory (192 columns in registers would spill): one ldmatrix per k-step.
-      uint32_t a[4];
-      ptx::ldmatrix_x4(a, s_q + swizzled_offset(q_lane_row_bytes, ks * 2, q_lane_xor));
+      // Q stays in shared memory (192 columns in registers would spill): ldmatrix per k-step.
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ptx::ldmatrix_x4(a[mt], s_q + mt * kRowsPerWarp * kChunksQK * 16 +
+                                    swizzled_offset(q_lane_row_bytes, ks * 2, q_lane_xor));
 #pragma unroll
       for (int np = 0; np < kSTiles / 2; ++np) {
         uint32_t b[4];
         ptx::ldmatrix_x4(b, s_k_tile + np * 2 * kMmaN * kChunksQK * 16 +
                                 swizzled_offset(k_lane_row_bytes, ks * 2, k_lane_xor));
-        ptx::mma_bf16_16816(r_s[2 * np], a, b[0], b[1]);
-        ptx::mma_bf16_16816(r_s[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          ptx::mma_bf16_16816(r_s[mt][2 * np], a[mt], b[0], b[1]);
+          ptx::mma_bf16_16816(r_s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
 
@@ -167,63 +186,77 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     const bool need_mask =
         n0 + kBlockN > span.k_count || (span.causal && n0 + kBlockN > causal_shift + m0 + 1);
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float s = r_s[nt][e] * scale_log2;
-        if (need_mask) {
-          const int key = n0 + nt * kMmaN + 2 * (lane % 4) + (e & 1);
-          const int row = rows[e / 2];
-          const int limit = span.causal ? min(span.k_count, row + causal_shift + 1) : span.k_count;
-          if (key >= limit) s = kNegInf;
+      for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float s = r_s[mt][nt][e] * scale_log2;
+          if (need_mask) {
+            const int key = n0 + nt * kMmaN + 2 * (lane % 4) + (e & 1);
+            const int row = warp_row0 + mt * kRowsPerWarp + lane / 4 + (e / 2) * 8;
+            const int limit =
+                span.causal ? min(span.k_count, row + causal_shift + 1) : span.k_count;
+            if (key >= limit) s = kNegInf;
+          }
+          r_s[mt][nt][e] = s;
         }
-        r_s[nt][e] = s;
       }
     }
 
     // Online softmax: new max per row (over the quad holding the row), rescale, exponentiate.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = kNegInf;
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt)
-        tile_max = fmaxf(tile_max, fmaxf(r_s[nt][2 * r], r_s[nt][2 * r + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float new_max = fmaxf(row_max[r], tile_max);
-      const float base = new_max == kNegInf ? 0.f : new_max;  // a row with no key yet: 2^-inf = 0
-      const float alpha = ptx::fast_exp2(row_max[r] - base);
-      row_max[r] = new_max;
-      float sum = 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float tile_max = kNegInf;
 #pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) {
-        r_s[nt][2 * r] = ptx::fast_exp2(r_s[nt][2 * r] - base);
-        r_s[nt][2 * r + 1] = ptx::fast_exp2(r_s[nt][2 * r + 1] - base);
-        sum += r_s[nt][2 * r] + r_s[nt][2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * alpha + sum;
+        for (int nt = 0; nt < kSTiles; ++nt)
+          tile_max = fmaxf(tile_max, fmaxf(r_s[mt][nt][2 * r], r_s[mt][nt][2 * r + 1]));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float new_max = fmaxf(row_max[mt][r], tile_max);
+        const float base = new_max == kNegInf ? 0.f : new_max;  // no key yet: 2^-inf = 0
+        const float alpha = ptx::fast_exp2(row_max[mt][r] - base);
+        row_max[mt][r] = new_max;
+        float sum = 0.f;
 #pragma unroll
-      for (int dt = 0; dt < kOTiles; ++dt) {
-        r_o[dt][2 * r] *= alpha;
-        r_o[dt][2 * r + 1] *= alpha;
+        for (int nt = 0; nt < kSTiles; ++nt) {
+          r_s[mt][nt][2 * r] = ptx::fast_exp2(r_s[mt][nt][2 * r] - base);
+          r_s[mt][nt][2 * r + 1] = ptx::fast_exp2(r_s[mt][nt][2 * r + 1] - base);
+          sum += r_s[mt][nt][2 * r] + r_s[mt][nt][2 * r + 1];
+        }
+        row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < kOTiles; ++dt) {
+          r_o[mt][dt][2 * r] *= alpha;
+          r_o[mt][dt][2 * r + 1] *= alpha;
+        }
       }
     }
 
-    // O += P · V: P (bf16) straight from the S accumulators, V through ldmatrix.trans.
+    // O += P · V: P (bf16) straight from the S accumulators, V through ldmatrix.trans; each V
+    // fragment serves kMTiles tiles.
 #pragma unroll
     for (int kk = 0; kk < kPvSteps; ++kk) {
-      uint32_t a[4];
-      a[0] = ptx::pack_bf16x2(r_s[2 * kk][0], r_s[2 * kk][1]);
-      a[1] = ptx::pack_bf16x2(r_s[2 * kk][2], r_s[2 * kk][3]);
-      a[2] = ptx::pack_bf16x2(r_s[2 * kk + 1][0], r_s[2 * kk + 1][1]);
-      a[3] = ptx::pack_bf16x2(r_s[2 * kk + 1][2], r_s[2 * kk + 1][3]);
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = ptx::pack_bf16x2(r_s[mt][2 * kk][0], r_s[mt][2 * kk][1]);
+        a[mt][1] = ptx::pack_bf16x2(r_s[mt][2 * kk][2], r_s[mt][2 * kk][3]);
+        a[mt][2] = ptx::pack_bf16x2(r_s[mt][2 * kk + 1][0], r_s[mt][2 * kk + 1][1]);
+        a[mt][3] = ptx::pack_bf16x2(r_s[mt][2 * kk + 1][2], r_s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < kOTiles / 2; ++dp) {
         uint32_t b[4];
         ptx::ldmatrix_x4_trans(b, s_v_tile + kk * kMmaK * kChunksV * 16 +
                                       swizzled_offset(v_lane_row_bytes, dp * 2, v_lane_xor));
-        ptx::mma_bf16_16816(r_o[2 * dp], a, b[0], b[1]);
-        ptx::mma_bf16_16816(r_o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          ptx::mma_bf16_16816(r_o[mt][2 * dp], a[mt], b[0], b[1]);
+          ptx::mma_bf16_16816(r_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
       }
     }
   }
@@ -232,22 +265,26 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   // Epilogue: finish the row sums over the quad, normalise, write bf16 out and the natural LSE.
   auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = rows[r];
-    if (row >= span.q_count) continue;
-    const int64_t q_row = int64_t(span.q_begin) + row;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    __nv_bfloat16* g_o = out + q_row * p.out_row_stride + int64_t(head) * p.out_head_stride;
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < kOTiles; ++dt) {
-      *reinterpret_cast<uint32_t*>(g_o + dt * kMmaN + 2 * (lane % 4)) =
-          ptx::pack_bf16x2(r_o[dt][2 * r] * inv, r_o[dt][2 * r + 1] * inv);
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = warp_row0 + mt * kRowsPerWarp + lane / 4 + r * 8;
+      if (row >= span.q_count) continue;
+      const int64_t q_row = int64_t(span.q_begin) + row;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      __nv_bfloat16* g_o = out + q_row * p.out_row_stride + int64_t(head) * p.out_head_stride;
+#pragma unroll
+      for (int dt = 0; dt < kOTiles; ++dt) {
+        *reinterpret_cast<uint32_t*>(g_o + dt * kMmaN + 2 * (lane % 4)) =
+            ptx::pack_bf16x2(r_o[mt][dt][2 * r] * inv, r_o[mt][dt][2 * r + 1] * inv);
+      }
+      if (lane % 4 == 0)
+        p.lse[q_row * p.lse_row_stride + head] =
+            sum > 0.f ? row_max[mt][r] * kLn2 + logf(sum) : kNegInf;
     }
-    if (lane % 4 == 0)
-      p.lse[q_row * p.lse_row_stride + head] = sum > 0.f ? row_max[r] * kLn2 + logf(sum) : kNegInf;
   }
 }
 

@@ -22,6 +22,7 @@ void launch_prefill_kernels(const PrefillAttentionParams& params, const PrefillL
 namespace {
 
 constexpr int kMaxGridYZ = 65535;
+constexpr int kLargeTileMinSpanRows = 128;
 constexpr int64_t kMaxGridX = 2147483647;
 
 void require(bool ok, const std::string& message) {
@@ -62,9 +63,12 @@ void PrefillAttentionParams::set_contiguous_strides() {
 PrefillLaunchShape prefill_attention_launch_shape(const PrefillAttentionParams& params) {
   PrefillLaunchShape shape;
   shape.tile_rows = params.tile_rows;
-  // Automatic: 64 rows. The 128-row shape measured 2-4% faster only for 4k-8k spans at 128 heads
-  // and 5-40% slower elsewhere on the H200 (docs/kernels/prefill_attention.md).
-  if (shape.tile_rows == 0) shape.tile_rows = prefill::SmallTile::kBlockM;
+  // Automatic: the 128-row shape (32 rows a warp) once spans are longer than 128 rows. Measured
+  // on the H200 (docs/kernels/prefill_attention.md): 5-13% faster from 512-row spans up, even at
+  // 256, and slower for spans of <= 64 rows, where half its rows would idle.
+  if (shape.tile_rows == 0)
+    shape.tile_rows = params.max_span_q_count > kLargeTileMinSpanRows ? prefill::LargeTile::kBlockM
+                                                                      : prefill::SmallTile::kBlockM;
   shape.q_tiles = (params.max_span_q_count + shape.tile_rows - 1) / shape.tile_rows;
   shape.spans = params.num_spans;
   shape.heads = params.num_heads;

@@ -103,24 +103,25 @@ TEST(PrefillAttentionArgs, RejectsBadPointersAndStrides) {
 TEST(PrefillAttentionArgs, LaunchShape) {
   PrefillAttentionParams p = valid_params();
   PrefillLaunchShape shape = prefill_attention_launch_shape(p);
-  EXPECT_EQ(shape.tile_rows, 64);  // automatic
-  EXPECT_EQ(shape.q_tiles, 9);     // ceil(513 / 64)
+  EXPECT_EQ(shape.tile_rows, 128);  // automatic: spans longer than 128 rows
+  EXPECT_EQ(shape.q_tiles, 5);      // ceil(513 / 128)
   EXPECT_EQ(shape.spans, 3);
   EXPECT_EQ(shape.heads, 16);
   EXPECT_EQ(shape.fill_blocks, 16);  // ceil(1000 / 64)
-  p.max_span_q_count = 64;
-  p.num_q_rows = 64;
+  p.max_span_q_count = 128;          // automatic: short spans take the 64-row shape
+  p.num_q_rows = 128;
   shape = prefill_attention_launch_shape(p);
-  EXPECT_EQ(shape.q_tiles, 1);
-  EXPECT_EQ(shape.fill_blocks, 1);
+  EXPECT_EQ(shape.tile_rows, 64);
+  EXPECT_EQ(shape.q_tiles, 2);
+  EXPECT_EQ(shape.fill_blocks, 2);
   p.max_span_q_count = 0;
   EXPECT_EQ(prefill_attention_launch_shape(p).q_tiles, 0);
   p.max_span_q_count = 513;
   p.num_q_rows = 1000;
-  p.tile_rows = 128;
+  p.tile_rows = 64;  // forced
   shape = prefill_attention_launch_shape(p);
-  EXPECT_EQ(shape.tile_rows, 128);
-  EXPECT_EQ(shape.q_tiles, 5);  // ceil(513 / 128)
+  EXPECT_EQ(shape.tile_rows, 64);
+  EXPECT_EQ(shape.q_tiles, 9);  // ceil(513 / 64)
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ struct PrefillAttentionParams {
   const AttentionSpanDevice* spans = nullptr;  // [num_spans] device; q ranges disjoint, in range
   int num_spans = 0;
   int max_span_q_count = 0;  // host-known max q_count over the spans (sizes the grid)
-  int tile_rows = 0;         // query rows per CTA: 64 or 128; 0 = automatic (64 today)
+  int tile_rows = 0;         // query rows per CTA: 64 or 128; 0 = by max_span_q_count
 
   // Fills every stride for contiguous q/k [rows, heads, 192], v [rows, heads, 128],
   // out [rows, heads, 128], lse [rows, heads].
