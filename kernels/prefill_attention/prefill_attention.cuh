@@ -21,7 +21,6 @@
 namespace mla::kernels::prefill {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Index (in 16-byte chunks) of logical chunk `chunk` of tile row `row`.
 __device__ __forceinline__ int swizzled_chunk(int row, int chunk, int chunks_per_row) {
@@ -116,8 +115,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < kOTiles; ++i)
       r_o[mt][i][0] = r_o[mt][i][1] = r_o[mt][i][2] = r_o[mt][i][3] = 0.f;
-  // Per mma tile and per row half (rows g, g + 8): the running max of the scaled scores (log2
-  // units) and this thread's part of Σ 2^(s − row_max).
+  // Per mma tile and per row half (rows g, g + 8): the running max of the raw scores q·k and this
+  // thread's part of Σ 2^((s − row_max) · scale · log2 e).
   float row_max[kMTiles][2], row_sum[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -182,24 +181,23 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
       }
     }
 
-    // Scale to log2 units; mask keys past the span and, causally, past each row's last key.
+    // Mask keys past the span and, causally, past each row's last key (raw scores: the scale is
+    // positive, so maxima commute with it and it is folded into the exponent's FFMA below).
     const bool need_mask =
         n0 + kBlockN > span.k_count || (span.causal && n0 + kBlockN > causal_shift + m0 + 1);
+    if (need_mask) {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) {
+        for (int nt = 0; nt < kSTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float s = r_s[mt][nt][e] * scale_log2;
-          if (need_mask) {
+          for (int e = 0; e < 4; ++e) {
             const int key = n0 + nt * kMmaN + 2 * (lane % 4) + (e & 1);
             const int row = warp_row0 + mt * kRowsPerWarp + lane / 4 + (e / 2) * 8;
             const int limit =
                 span.causal ? min(span.k_count, row + causal_shift + 1) : span.k_count;
-            if (key >= limit) s = kNegInf;
+            if (key >= limit) r_s[mt][nt][e] = kNegInf;
           }
-          r_s[mt][nt][e] = s;
         }
       }
     }
@@ -216,14 +214,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
         const float new_max = fmaxf(row_max[mt][r], tile_max);
-        const float base = new_max == kNegInf ? 0.f : new_max;  // no key yet: 2^-inf = 0
-        const float alpha = ptx::fast_exp2(row_max[mt][r] - base);
+        // In log2 units; a row with no key yet takes 0 (2^-inf = 0, never -inf - -inf).
+        const float base = new_max == kNegInf ? 0.f : new_max * scale_log2;
+        const float alpha = ptx::fast_exp2(row_max[mt][r] * scale_log2 - base);
         row_max[mt][r] = new_max;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kSTiles; ++nt) {
-          r_s[mt][nt][2 * r] = ptx::fast_exp2(r_s[mt][nt][2 * r] - base);
-          r_s[mt][nt][2 * r + 1] = ptx::fast_exp2(r_s[mt][nt][2 * r + 1] - base);
+          r_s[mt][nt][2 * r] = ptx::fast_exp2(fmaf(r_s[mt][nt][2 * r], scale_log2, -base));
+          r_s[mt][nt][2 * r + 1] = ptx::fast_exp2(fmaf(r_s[mt][nt][2 * r + 1], scale_log2, -base));
           sum += r_s[mt][nt][2 * r] + r_s[mt][nt][2 * r + 1];
         }
         row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
@@ -283,7 +282,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
       }
       if (lane % 4 == 0)
         p.lse[q_row * p.lse_row_stride + head] =
-            sum > 0.f ? row_max[mt][r] * kLn2 + logf(sum) : kNegInf;
+            sum > 0.f ? row_max[mt][r] * p.softmax_scale + logf(sum) : kNegInf;
     }
   }
 }
