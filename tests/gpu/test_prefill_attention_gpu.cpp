@@ -4,8 +4,8 @@
 // the kernel must not read, out and lse poisoned with NaN (every element must be written; padding
 // of out must stay untouched), q_count not a multiple of 64, k_count 0, causal with k_count <
 // q_count (top rows see no key), 8k-token spans, many small spans, heads 1..128, strided views
-// (v inside a [rows, heads, 256] kv tensor), flat as well as peaked softmaxes, and both CTA
-// shapes (64- and 128-row tiles).
+// (v inside a [rows, heads, 256] kv tensor, k with head stride 0), flat as well as peaked
+// softmaxes, and both CTA shapes (64- and 128-row tiles).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -54,6 +54,7 @@ struct Case {
   float sigma = 1.f;   // q, k ~ N(0, sigma): score std ≈ 1.87 · sigma²
   bool padded = true;  // padded q/out/lse strides (else contiguous)
   uint32_t seed = 1;
+  bool shared_k = false;  // one key row for all heads (k_head_stride 0, as a shared k_pe would be)
 };
 
 const uint16_t kNanBits = 0x7fc0;
@@ -93,8 +94,8 @@ Problem make_problem(const Case& c) {
   const int pad = c.padded ? 8 : 0;
   p.q_head_stride = kDqk + pad;
   p.q_row_stride = c.heads * p.q_head_stride + 2 * pad;
-  p.k_head_stride = kDqk;
-  p.k_row_stride = int64_t(c.heads) * kDqk;
+  p.k_head_stride = c.shared_k ? 0 : kDqk;
+  p.k_row_stride = c.shared_k ? kDqk + pad : int64_t(c.heads) * kDqk;
   p.kv_head_stride = 2 * kDv;
   p.kv_row_stride = int64_t(c.heads) * 2 * kDv;
   p.out_head_stride = kDv + pad;
@@ -370,6 +371,11 @@ TEST(PrefillAttentionGpu, LongSpans) {
               1.f,
               true,
               402});
+}
+
+TEST(PrefillAttentionGpu, KeysSharedByAllHeads) {
+  MLA_REQUIRE_SM90_GPU();
+  check_case({"k head stride 0", 16, {{150, 150, true}, {30, 400, false}}, 1.f, true, 450, true});
 }
 
 TEST(PrefillAttentionGpu, NoSpansFillsEveryRow) {
