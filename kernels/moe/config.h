@@ -13,7 +13,7 @@ namespace mla::kernels::moe {
 inline constexpr int kGemmRows = kMoeRowsPerTile;  // BM
 inline constexpr int kGemmBRows = 64;              // B rows (weight rows) per CTA tile
 inline constexpr int kGemmK = 64;                  // k per pipeline stage: 128 bytes of bf16
-inline constexpr int kGemmStages = 4;              // cp.async ring: 3 stages in flight
+inline constexpr int kGemmStages = 6;              // cp.async ring: 5 stages (60 KB) in flight
 inline constexpr int kGemmWarps = 4;
 inline constexpr int kGemmThreads = 32 * kGemmWarps;
 // gate/up: the 64 B rows are 32 gate rows and the same 32 up rows, so silu(gate)·up happens in
@@ -26,11 +26,14 @@ static_assert(kGemmK == 64, "a smem row is 8 chunks of 16 bytes: the XOR swizzle
 static_assert(kGemmBRows == 16 * kGemmWarps, "each warp owns 16 B rows (two n8 mma tiles)");
 static_assert(kGemmThreads * 2 == kGemmRows * kGemmK / 8, "two 16-byte A chunks per thread");
 static_assert(kGemmThreads * 4 == kGemmBRows * kGemmK / 8, "four 16-byte B chunks per thread");
-static_assert(kGemmStages * (kGemmRows + kGemmBRows) * kGemmK * 2 <= 48 * 1024,
-              "the ring fits in static shared memory");
+// The ring, in dynamic shared memory: 72 KB, three CTAs per SM. Decode streams weights, and the
+// bytes in flight per SM (Little's law: ~4.5 TB/s × ~1 µs / 132 SMs ≈ 35 KB) must cover HBM
+// latency.
+inline constexpr int kGemmStageBytes = (kGemmRows + kGemmBRows) * kGemmK * 2;
+inline constexpr int kGemmSmemBytes = kGemmStages * kGemmStageBytes;
+static_assert(3 * kGemmSmemBytes <= 227 * 1024, "three CTAs per SM");
 
-inline constexpr int kRouteWarpsPerBlock = 4;
-inline constexpr int kRouteSlots = kMoeMaxExperts / 32;  // experts per lane: e = slot · 32 + lane
+inline constexpr int kRouteWarpsPerBlock = 2;  // one token per warp; small blocks spread over SMs
 inline constexpr int kPlanThreads = 512;
 inline constexpr int kPlanWarps = kPlanThreads / 32;
 inline constexpr int kUnpermuteThreads = 256;

@@ -4,7 +4,7 @@
 // tile table and exits if the slot is unused, so the grid depends on the shape alone. Slots are
 // the fast grid index: the CTAs running together share an n tile, and an expert with more than
 // 32 rows re-reads that weight tile from L2 rather than from HBM. A and B are k-contiguous; a
-// 4-stage cp.async ring feeds mma.sync m16n8k16 (bf16 → fp32) through ldmatrix. Shared rows are
+// 6-stage cp.async ring feeds mma.sync m16n8k16 (bf16 → fp32) through ldmatrix. Shared rows are
 // 128 bytes with 16-byte chunk c of row r stored at c ^ (r & 7): conflict-free for the cp.async
 // writes and for ldmatrix's 8-row reads. Rows past the expert's count and k past the end are
 // zero-filled by cp.async (src-size 0) and never stored.
@@ -39,8 +39,12 @@ __global__ void __launch_bounds__(kGemmThreads)
   const int n_tile_columns = kGateUp ? kGateUpColumns : kDownColumns;
   const int64_t n0 = int64_t(blockIdx.y) * n_tile_columns;
 
-  __shared__ __align__(128) __nv_bfloat16 sA[kGemmStages][kGemmRows * kGemmK];
-  __shared__ __align__(128) __nv_bfloat16 sB[kGemmStages][kGemmBRows * kGemmK];
+  // The cp.async ring: stage s holds A rows [kGemmRows][kGemmK] then B rows [kGemmBRows][kGemmK].
+  extern __shared__ __align__(128) uint8_t smem[];
+  const auto sA = [&](int stage) {
+    return reinterpret_cast<__nv_bfloat16*>(smem + stage * kGemmStageBytes);
+  };
+  const auto sB = [&](int stage) { return sA(stage) + kGemmRows * kGemmK; };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // This thread's copies: chunk tid & 7 of A rows r, r + 16 and of B rows r + 16 j.
@@ -88,14 +92,14 @@ __global__ void __launch_bounds__(kGemmThreads)
     for (int j = 0; j < 2; ++j) {
       const bool ok = a_ok[j] && k_ok;
       ptx::cp_async_16(
-          ptx::smem_address(&sA[stage][swizzled_offset(load_row + 16 * j, load_chunk)]),
+          ptx::smem_address(&sA(stage)[swizzled_offset(load_row + 16 * j, load_chunk)]),
           ok ? gA[j] + kk : a_base, ok ? 16 : 0);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const bool ok = b_ok[j] && k_ok;
       ptx::cp_async_16(
-          ptx::smem_address(&sB[stage][swizzled_offset(load_row + 16 * j, load_chunk)]),
+          ptx::smem_address(&sB(stage)[swizzled_offset(load_row + 16 * j, load_chunk)]),
           ok ? gB[j] + kk : b0, ok ? 16 : 0);
     }
   };
@@ -124,13 +128,13 @@ __global__ void __launch_bounds__(kGemmThreads)
     for (int k16 = 0; k16 < kGemmK / 16; ++k16) {
       uint32_t rA[2][4], rB[4];
       ptx::ldmatrix_x4(
-          rA[0], ptx::smem_address(&sA[stage][swizzled_offset(lane & 15, 2 * k16 + (lane >> 4))]));
+          rA[0], ptx::smem_address(&sA(stage)[swizzled_offset(lane & 15, 2 * k16 + (lane >> 4))]));
       if (second_half)
         ptx::ldmatrix_x4(rA[1],
                          ptx::smem_address(
-                             &sA[stage][swizzled_offset(16 + (lane & 15), 2 * k16 + (lane >> 4))]));
+                             &sA(stage)[swizzled_offset(16 + (lane & 15), 2 * k16 + (lane >> 4))]));
       ptx::ldmatrix_x4(rB,
-                       ptx::smem_address(&sB[stage][swizzled_offset(b_row, 2 * k16 + (q & 1))]));
+                       ptx::smem_address(&sB(stage)[swizzled_offset(b_row, 2 * k16 + (q & 1))]));
       ptx::mma_bf16_16816(rAcc[0][0], rA[0], rB[0], rB[1]);
       ptx::mma_bf16_16816(rAcc[0][1], rA[0], rB[2], rB[3]);
       if (second_half) {
@@ -176,10 +180,11 @@ void launch_gemm(const GemmArgs& args, bool gate_up, cudaStream_t stream) {
   const int columns = gate_up ? kGateUpColumns : kDownColumns;
   const dim3 grid(static_cast<unsigned>(args.max_row_tiles),
                   static_cast<unsigned>((args.n + columns - 1) / columns));
-  if (gate_up)
-    moe_gemm_kernel<true><<<grid, kGemmThreads, 0, stream>>>(args);
-  else
-    moe_gemm_kernel<false><<<grid, kGemmThreads, 0, stream>>>(args);
+  auto* kernel = gate_up ? &moe_gemm_kernel<true> : &moe_gemm_kernel<false>;
+  // The opt-in shared memory limit is a per-function attribute, legal during stream capture.
+  MLA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmemBytes));
+  kernel<<<grid, kGemmThreads, kGemmSmemBytes, stream>>>(args);
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ __device__ __forceinline__ void warp_best(float& value, int& index) {
   }
 }
 
+// kSlots: experts per lane, ceil(num_experts / 32) rounded up to an instantiated size.
+template <int kSlots>
 __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
     moe_route_kernel(const __grid_constant__ RouteArgs args) {
   const int lane = threadIdx.x & 31;
@@ -48,10 +50,10 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
   const float* logits = args.logits + token * args.logits_row_stride;
 
   // rScore: the routing weights' source; rChoice: what picks (score + bias for noaux_tc).
-  float rScore[kRouteSlots], rChoice[kRouteSlots];
+  float rScore[kSlots], rChoice[kSlots];
   float max_logit = -INFINITY;
 #pragma unroll
-  for (int slot = 0; slot < kRouteSlots; ++slot) {
+  for (int slot = 0; slot < kSlots; ++slot) {
     const int expert = slot * 32 + lane;
     rScore[slot] = expert < num_experts ? logits[expert] : -INFINITY;
     max_logit = fmaxf(max_logit, rScore[slot]);
@@ -60,10 +62,10 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1)
       max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
-    double rExp[kRouteSlots];
+    double rExp[kSlots];
     double total = 0.0;
 #pragma unroll
-    for (int slot = 0; slot < kRouteSlots; ++slot) {
+    for (int slot = 0; slot < kSlots; ++slot) {
       const int expert = slot * 32 + lane;
       rExp[slot] = expert < num_experts ? exp(double(rScore[slot]) - double(max_logit)) : 0.0;
       total += rExp[slot];
@@ -72,17 +74,17 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
     for (int offset = 16; offset > 0; offset >>= 1)
       total += __shfl_xor_sync(kFullMask, total, offset);
 #pragma unroll
-    for (int slot = 0; slot < kRouteSlots; ++slot)
+    for (int slot = 0; slot < kSlots; ++slot)
       if (slot * 32 + lane < num_experts) rScore[slot] = static_cast<float>(rExp[slot] / total);
   } else {
 #pragma unroll
-    for (int slot = 0; slot < kRouteSlots; ++slot)
+    for (int slot = 0; slot < kSlots; ++slot)
       if (slot * 32 + lane < num_experts)
         rScore[slot] = static_cast<float>(1.0 / (1.0 + exp(-double(rScore[slot]))));
   }
   const bool use_bias = p.method == MoeTopk::kNoauxTc && args.bias != nullptr;
 #pragma unroll
-  for (int slot = 0; slot < kRouteSlots; ++slot) {
+  for (int slot = 0; slot < kSlots; ++slot) {
     const int expert = slot * 32 + lane;
     rChoice[slot] = rScore[slot];
     if (use_bias && expert < num_experts) rChoice[slot] = rScore[slot] + args.bias[expert];
@@ -91,13 +93,16 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
   if (p.method != MoeTopk::kGreedy) {
     // Group score: its best choice (group_limited_greedy) or the sum of its best two (noaux_tc).
     const int group_size = num_experts / p.n_group;
+    int rGroup[kSlots];
+#pragma unroll
+    for (int slot = 0; slot < kSlots; ++slot) rGroup[slot] = (slot * 32 + lane) / group_size;
     float my_group_score = -INFINITY;  // lane g holds group g's score
     for (int group = 0; group < p.n_group; ++group) {
       float best = -INFINITY, second = -INFINITY;
 #pragma unroll
-      for (int slot = 0; slot < kRouteSlots; ++slot) {
+      for (int slot = 0; slot < kSlots; ++slot) {
         const int expert = slot * 32 + lane;
-        if (expert < num_experts && expert / group_size == group) {
+        if (expert < num_experts && rGroup[slot] == group) {
           const float v = rChoice[slot];
           if (v > best) {
             second = best;
@@ -129,10 +134,9 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
       kept_groups |= 1u << index;
     }
 #pragma unroll
-    for (int slot = 0; slot < kRouteSlots; ++slot) {
+    for (int slot = 0; slot < kSlots; ++slot) {
       const int expert = slot * 32 + lane;
-      if (expert < num_experts && !((kept_groups >> (expert / group_size)) & 1u))
-        rChoice[slot] = -INFINITY;
+      if (expert < num_experts && !((kept_groups >> rGroup[slot]) & 1u)) rChoice[slot] = -INFINITY;
     }
   }
 
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
     float value = -INFINITY;
     int index = INT_MAX;
 #pragma unroll
-    for (int slot = 0; slot < kRouteSlots; ++slot) {
+    for (int slot = 0; slot < kSlots; ++slot) {
       const int expert = slot * 32 + lane;
       if (expert < num_experts && !((taken >> slot) & 1u) &&
           ranks_before(rChoice[slot], expert, value, index)) {
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
     float score = 0.f;
     if ((index & 31) == lane) {
 #pragma unroll
-      for (int slot = 0; slot < kRouteSlots; ++slot)
+      for (int slot = 0; slot < kSlots; ++slot)
         if (slot == (index >> 5)) score = rScore[slot];
       taken |= 1u << (index >> 5);
     }
@@ -182,7 +186,14 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
 
 void launch_route_kernel(const RouteArgs& args, cudaStream_t stream) {
   const int64_t blocks = (args.tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock;
-  moe_route_kernel<<<static_cast<unsigned>(blocks), 32 * kRouteWarpsPerBlock, 0, stream>>>(args);
+  const unsigned grid = static_cast<unsigned>(blocks);
+  const int block = 32 * kRouteWarpsPerBlock;
+  if (args.params.num_experts <= 64)
+    moe_route_kernel<2><<<grid, block, 0, stream>>>(args);
+  else if (args.params.num_experts <= 256)
+    moe_route_kernel<8><<<grid, block, 0, stream>>>(args);
+  else
+    moe_route_kernel<kMoeMaxExperts / 32><<<grid, block, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("moe_route");
 }
 
