@@ -13,7 +13,7 @@ namespace mla::kernels::moe {
 inline constexpr int kGemmRows = kMoeRowsPerTile;  // BM
 inline constexpr int kGemmBRows = 64;              // B rows (weight rows) per CTA tile
 inline constexpr int kGemmK = 64;                  // k per pipeline stage: 128 bytes of bf16
-inline constexpr int kGemmStages = 6;              // cp.async ring: 5 stages (60 KB) in flight
+inline constexpr int kGemmStages = 4;              // cp.async ring: 3 stages (36 KB) in flight
 inline constexpr int kGemmWarps = 4;
 inline constexpr int kGemmThreads = 32 * kGemmWarps;
 // gate/up: the 64 B rows are 32 gate rows and the same 32 up rows, so silu(gate)·up happens in
@@ -31,7 +31,7 @@ static_assert(kGemmThreads * 4 == kGemmBRows * kGemmK / 8, "four 16-byte B chunk
 // latency.
 inline constexpr int kGemmStageBytes = (kGemmRows + kGemmBRows) * kGemmK * 2;
 inline constexpr int kGemmSmemBytes = kGemmStages * kGemmStageBytes;
-static_assert(3 * kGemmSmemBytes <= 227 * 1024, "three CTAs per SM");
+static_assert(4 * kGemmSmemBytes <= 227 * 1024, "four CTAs per SM");
 
 inline constexpr int kRouteWarpsPerBlock = 2;  // one token per warp; small blocks spread over SMs
 inline constexpr int kPlanThreads = 512;

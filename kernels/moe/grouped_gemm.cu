@@ -4,7 +4,7 @@
 // tile table and exits if the slot is unused, so the grid depends on the shape alone. Slots are
 // the fast grid index: the CTAs running together share an n tile, and an expert with more than
 // 32 rows re-reads that weight tile from L2 rather than from HBM. A and B are k-contiguous; a
-// 6-stage cp.async ring feeds mma.sync m16n8k16 (bf16 → fp32) through ldmatrix. Shared rows are
+// 4-stage cp.async ring feeds mma.sync m16n8k16 (bf16 → fp32) through ldmatrix. Shared rows are
 // 128 bytes with 16-byte chunk c of row r stored at c ^ (r & 7): conflict-free for the cp.async
 // writes and for ldmatrix's 8-row reads. Rows past the expert's count and k past the end are
 // zero-filled by cp.async (src-size 0) and never stored.
@@ -19,6 +19,7 @@
 #include "cuda/check.h"
 #include "moe/config.h"
 #include "moe/kernel_args.h"
+#include "moe/launch.h"
 
 namespace mla::kernels::moe {
 namespace {
@@ -30,11 +31,20 @@ __device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
 template <bool kGateUp>
 __global__ void __launch_bounds__(kGemmThreads)
     moe_gemm_kernel(const __grid_constant__ GemmArgs args) {
-  const int32_t expert = args.tiles[2 * blockIdx.x];
+  // Programmatic dependent launch. gate/up needs the plan (the grid just before it) for
+  // everything, so it waits first. down needs the previous grid (gate/up) only for its A operand:
+  // the plan (complete before gate/up passed its own wait, so before down could launch) and the
+  // weights are read before the wait, L1 bypassed, and the weight stages start streaming while
+  // gate/up is still running.
+  if constexpr (kGateUp) {
+    ptx::wait_for_preceding_grid();
+    ptx::launch_dependents();
+  }
+  const int32_t expert = __ldcg(&args.tiles[2 * blockIdx.x]);
   if (expert < 0) return;  // an unused tile slot
-  const int first_row = args.tiles[2 * blockIdx.x + 1];
-  const int rows = min(kGemmRows, args.counts[expert] - first_row);
-  const int64_t sorted_row0 = int64_t(args.offsets[expert]) + first_row;
+  const int first_row = __ldcg(&args.tiles[2 * blockIdx.x + 1]);
+  const int rows = min(kGemmRows, __ldcg(&args.counts[expert]) - first_row);
+  const int64_t sorted_row0 = int64_t(__ldcg(&args.offsets[expert])) + first_row;
   const int64_t n = args.n, k = args.k;
   const int n_tile_columns = kGateUp ? kGateUpColumns : kDownColumns;
   const int64_t n0 = int64_t(blockIdx.y) * n_tile_columns;
@@ -59,7 +69,7 @@ __global__ void __launch_bounds__(kGemmThreads)
     int64_t source_row = 0;
     if (a_ok[j]) {
       const int32_t sorted = static_cast<int32_t>(sorted_row0 + row);
-      source_row = kGateUp ? args.order[sorted] / args.top_k : sorted;
+      source_row = kGateUp ? __ldcg(&args.order[sorted]) / args.top_k : sorted;
     }
     gA[j] = a_base + source_row * args.a_row_stride;
   }
@@ -85,7 +95,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 
   const int num_k_tiles = static_cast<int>((k + kGemmK - 1) / kGemmK);
-  const auto load_stage = [&](int stage, int k_tile) {
+  const auto load_a = [&](int stage, int k_tile) {
     const int64_t kk = int64_t(k_tile) * kGemmK + load_chunk * 8;
     const bool k_ok = kk < k;
 #pragma unroll
@@ -95,6 +105,10 @@ __global__ void __launch_bounds__(kGemmThreads)
           ptx::smem_address(&sA(stage)[swizzled_offset(load_row + 16 * j, load_chunk)]),
           ok ? gA[j] + kk : a_base, ok ? 16 : 0);
     }
+  };
+  const auto load_b = [&](int stage, int k_tile) {
+    const int64_t kk = int64_t(k_tile) * kGemmK + load_chunk * 8;
+    const bool k_ok = kk < k;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const bool ok = b_ok[j] && k_ok;
@@ -111,16 +125,40 @@ __global__ void __launch_bounds__(kGemmThreads)
   const int b_row =
       (kGateUp ? (q >> 1) * kGateUpColumns + 8 * warp : 16 * warp + (q >> 1) * 8) + (lane & 7);
 
+  // Prologue. gate/up: groups (A+B)_0 .. (A+B)_{S-2}. down: B_0 .. B_{S-2} before the wait, then
+  // A_0 .. A_{S-2}. Either way the group holding stage k's last part is the (S-1+k)-th from the
+  // first, so waiting until at most S-2 groups are pending at iteration k has stage k landed.
+  if constexpr (kGateUp) {
 #pragma unroll
-  for (int stage = 0; stage < kGemmStages - 1; ++stage) {
-    if (stage < num_k_tiles) load_stage(stage, stage);
-    ptx::cp_async_commit();
+    for (int stage = 0; stage < kGemmStages - 1; ++stage) {
+      if (stage < num_k_tiles) {
+        load_a(stage, stage);
+        load_b(stage, stage);
+      }
+      ptx::cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int stage = 0; stage < kGemmStages - 1; ++stage) {
+      if (stage < num_k_tiles) load_b(stage, stage);
+      ptx::cp_async_commit();
+    }
+    ptx::wait_for_preceding_grid();  // the activation rows are gate/up's output
+    ptx::launch_dependents();
+#pragma unroll
+    for (int stage = 0; stage < kGemmStages - 1; ++stage) {
+      if (stage < num_k_tiles) load_a(stage, stage);
+      ptx::cp_async_commit();
+    }
   }
   for (int k_tile = 0; k_tile < num_k_tiles; ++k_tile) {
     ptx::cp_async_wait_group<kGemmStages - 2>();
     __syncthreads();  // stage k_tile has landed for all; stage k_tile - 1 is free
     const int next = k_tile + kGemmStages - 1;
-    if (next < num_k_tiles) load_stage(next % kGemmStages, next);
+    if (next < num_k_tiles) {
+      load_a(next % kGemmStages, next);
+      load_b(next % kGemmStages, next);
+    }
     ptx::cp_async_commit();
 
     const int stage = k_tile % kGemmStages;
@@ -178,13 +216,14 @@ __global__ void __launch_bounds__(kGemmThreads)
 
 void launch_gemm(const GemmArgs& args, bool gate_up, cudaStream_t stream) {
   const int columns = gate_up ? kGateUpColumns : kDownColumns;
-  const dim3 grid(static_cast<unsigned>(args.max_row_tiles),
-                  static_cast<unsigned>((args.n + columns - 1) / columns));
   auto* kernel = gate_up ? &moe_gemm_kernel<true> : &moe_gemm_kernel<false>;
   // The opt-in shared memory limit is a per-function attribute, legal during stream capture.
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmemBytes));
-  kernel<<<grid, kGemmThreads, kGemmSmemBytes, stream>>>(args);
+  launch_programmatic_dependent(kernel,
+                                dim3(static_cast<unsigned>(args.max_row_tiles),
+                                     static_cast<unsigned>((args.n + columns - 1) / columns)),
+                                dim3(kGemmThreads), kGemmSmemBytes, stream, args);
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 
 #include "cuda/check.h"
 #include "moe/config.h"
+#include "common/ptx.cuh"
 #include "moe/kernel_args.h"
+#include "moe/launch.h"
 
 namespace mla::kernels::moe {
 namespace {
@@ -26,6 +28,9 @@ __global__ void __launch_bounds__(kPlanThreads)
   __shared__ int32_t sWarpHist[kPlanWarps][kMoeMaxExperts];  // a chunk's pairs per (warp, expert)
   __shared__ int32_t sWarpSums[kPlanWarps][2];
 
+  // The gate/up grid launches as a programmatic dependent and waits for this grid's completion
+  // anyway: let its CTAs get resident now.
+  ptx::launch_dependents();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int num_experts = args.num_experts;
   const int64_t pairs = args.pairs;
@@ -146,10 +151,13 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
   __shared__ float sWeight[kMoeMaxTopK];
   const int64_t token = blockIdx.x;
   const int top_k = args.top_k;
+  // Launched as a programmatic dependent of the down GEMM: the plan and the routing weights are
+  // complete already (L1 bypassed); the expert rows are not until the wait.
   if (threadIdx.x < top_k) {
-    sPosition[threadIdx.x] = args.position[token * top_k + threadIdx.x];
-    sWeight[threadIdx.x] = args.expert_weights[token * top_k + threadIdx.x];
+    sPosition[threadIdx.x] = __ldcg(&args.position[token * top_k + threadIdx.x]);
+    sWeight[threadIdx.x] = __ldcg(&args.expert_weights[token * top_k + threadIdx.x]);
   }
+  ptx::wait_for_preceding_grid();
   __syncthreads();
   const int64_t hidden = args.hidden;
   for (int64_t col = int64_t(threadIdx.x) * 4; col < hidden; col += kUnpermuteThreads * 4) {
@@ -194,7 +202,8 @@ void launch_plan_kernel(const PlanArgs& args, cudaStream_t stream) {
 }
 
 void launch_unpermute_kernel(const UnpermuteArgs& args, cudaStream_t stream) {
-  moe_unpermute_kernel<<<static_cast<unsigned>(args.tokens), kUnpermuteThreads, 0, stream>>>(args);
+  launch_programmatic_dependent(&moe_unpermute_kernel, dim3(static_cast<unsigned>(args.tokens)),
+                                dim3(kUnpermuteThreads), 0, stream, args);
   MLA_CHECK_LAUNCH("moe_unpermute");
 }
 
