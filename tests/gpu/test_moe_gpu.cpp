@@ -9,7 +9,7 @@
 // one expert, dropped ids, padded x/out strides (NaN / sentinels in the padding), fp32 and bf16
 // out, accumulate on and off; the device plan equals ref::moe_permutation; reruns are
 // bit-identical, a token's output does not depend on its batch, and route + experts replay in a
-// CUDA graph with new inputs.
+// CUDA graph with new inputs. Both tile widths (2 and 4 warps, chosen by the shape) are covered.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -608,6 +608,23 @@ TEST(MoeExpertsGpu, OddShapesAndIdPatterns) {
 TEST(MoeExpertsGpu, ManyExpertsAndOneCrowdedExpert) {
   MLA_REQUIRE_SM90_GPU();
   {
+    // The odd shape again with 200 experts: enough CTAs for the wide (4-warp) tiles, which the
+    // 7-expert bank never reaches, with its k and n tails.
+    const ExpertBank bank(200, 72, 200, 250);
+    for (IdPattern ids : {IdPattern::kDistinct, IdPattern::kWithDropped}) {
+      ExpertsCase c;
+      c.tokens = 300;
+      c.top_k = 3;
+      c.ids = ids;
+      c.x_pad = 16;
+      c.out_pad = 8;
+      c.out_type = ScalarType::kF32;
+      c.accumulate = ids == IdPattern::kWithDropped;
+      c.seed = 31 + int(ids);
+      check_experts(bank, c);
+    }
+  }
+  {
     // V3's routing width (256 experts, top-8) with small matrices.
     const ExpertBank bank(128, 64, 256, 300);
     for (int64_t tokens : {1, 64, 300}) {
@@ -644,14 +661,18 @@ TEST(MoeExpertsGpu, TokenOutputDoesNotDependOnItsBatch) {
   big.reset(nullptr);
   kernels::launch_moe_experts(big.params(), nullptr);
   const std::vector<float> all = big.fetch_out(nullptr);
-  // The first 5 tokens alone (same x, ids and weights: the device buffers' prefixes).
-  kernels::MoeExpertsParams p = big.params();
-  p.tokens = 5;
-  big.reset(nullptr);
-  kernels::launch_moe_experts(p, nullptr);
-  const std::vector<float> few = big.fetch_out(nullptr);
-  EXPECT_EQ(0, std::memcmp(all.data(), few.data(), 5 * bank.hidden * 4))
-      << "a token's output changed with the batch around it";
+  // The first 5 tokens alone, and the first token alone (same x, ids and weights: the device
+  // buffers' prefixes). One token runs the narrow (2-warp) tiles, 64 the wide ones: the per-row
+  // arithmetic (k order, mma steps) is the same, so the bits are too.
+  for (int64_t tokens : {5, 1}) {
+    kernels::MoeExpertsParams p = big.params();
+    p.tokens = tokens;
+    big.reset(nullptr);
+    kernels::launch_moe_experts(p, nullptr);
+    const std::vector<float> few = big.fetch_out(nullptr);
+    EXPECT_EQ(0, std::memcmp(all.data(), few.data(), tokens * bank.hidden * 4))
+        << "a token's output changed with the batch around it (" << tokens << " tokens)";
+  }
 }
 
 TEST(MoeGpu, RouteAndExpertsReplayInACudaGraph) {
