@@ -28,10 +28,9 @@ __device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * kGemmK + ((chunk ^ (row & 7)) << 3));  // in elements
 }
 
-template <bool kGateUp, int kWarps>
-__global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
+template <bool kGateUp>
+__global__ void __launch_bounds__(kGemmThreads)
     moe_gemm_kernel(const __grid_constant__ GemmArgs args) {
-  using Config = GemmConfig<kWarps>;
   // Programmatic dependent launch. gate/up needs the plan (the grid just before it) for
   // everything, so it waits first. down needs the previous grid (gate/up) only for its A operand:
   // the plan (complete before gate/up passed its own wait, so before down could launch) and the
@@ -47,26 +46,25 @@ __global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
   const int rows = min(kGemmRows, __ldcg(&args.counts[expert]) - first_row);
   const int64_t sorted_row0 = int64_t(__ldcg(&args.offsets[expert])) + first_row;
   const int64_t n = args.n, k = args.k;
-  const int n_tile_columns = kGateUp ? Config::kGateUpColumns : Config::kDownColumns;
+  const int n_tile_columns = kGateUp ? kGateUpColumns : kDownColumns;
   const int64_t n0 = int64_t(blockIdx.y) * n_tile_columns;
 
-  // The cp.async ring: stage s holds A rows [kGemmRows][kGemmK] then B rows [kBRows][kGemmK].
+  // The cp.async ring: stage s holds A rows [kGemmRows][kGemmK] then B rows [kGemmBRows][kGemmK].
   extern __shared__ __align__(128) uint8_t smem[];
   const auto sA = [&](int stage) {
-    return reinterpret_cast<__nv_bfloat16*>(smem + stage * Config::kStageBytes);
+    return reinterpret_cast<__nv_bfloat16*>(smem + stage * kGemmStageBytes);
   };
   const auto sB = [&](int stage) { return sA(stage) + kGemmRows * kGemmK; };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // This thread's copies: chunk tid & 7 of A and B rows r + kLoadRowsPerPass · j.
+  // This thread's copies: chunk tid & 7 of A rows r, r + 16 and of B rows r + 16 j.
   const int load_chunk = tid & 7, load_row = tid >> 3;
-  constexpr int kPass = Config::kLoadRowsPerPass;
   const __nv_bfloat16* a_base = reinterpret_cast<const __nv_bfloat16*>(args.a);
-  const __nv_bfloat16* gA[Config::kAPasses];
-  bool a_ok[Config::kAPasses];
+  const __nv_bfloat16* gA[2];
+  bool a_ok[2];
 #pragma unroll
-  for (int j = 0; j < Config::kAPasses; ++j) {
-    const int row = load_row + kPass * j;
+  for (int j = 0; j < 2; ++j) {
+    const int row = load_row + 16 * j;
     a_ok[j] = row < rows;
     int64_t source_row = 0;
     if (a_ok[j]) {
@@ -78,16 +76,16 @@ __global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
   const __nv_bfloat16* b0 = reinterpret_cast<const __nv_bfloat16*>(args.b0[expert]);
   const __nv_bfloat16* b1 =
       kGateUp ? reinterpret_cast<const __nv_bfloat16*>(args.b1[expert]) : nullptr;
-  const __nv_bfloat16* gB[Config::kBPasses];
-  bool b_ok[Config::kBPasses];
+  const __nv_bfloat16* gB[4];
+  bool b_ok[4];
 #pragma unroll
-  for (int j = 0; j < Config::kBPasses; ++j) {
-    const int tile_row = load_row + kPass * j;
+  for (int j = 0; j < 4; ++j) {
+    const int tile_row = load_row + 16 * j;
     int64_t weight_row;
     const __nv_bfloat16* matrix;
     if (kGateUp) {
-      matrix = tile_row < Config::kGateUpColumns ? b0 : b1;
-      weight_row = n0 + (tile_row % Config::kGateUpColumns);
+      matrix = tile_row < kGateUpColumns ? b0 : b1;
+      weight_row = n0 + (tile_row % kGateUpColumns);
     } else {
       matrix = b0;
       weight_row = n0 + tile_row;
@@ -101,10 +99,10 @@ __global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
     const int64_t kk = int64_t(k_tile) * kGemmK + load_chunk * 8;
     const bool k_ok = kk < k;
 #pragma unroll
-    for (int j = 0; j < Config::kAPasses; ++j) {
+    for (int j = 0; j < 2; ++j) {
       const bool ok = a_ok[j] && k_ok;
       ptx::cp_async_16(
-          ptx::smem_address(&sA(stage)[swizzled_offset(load_row + kPass * j, load_chunk)]),
+          ptx::smem_address(&sA(stage)[swizzled_offset(load_row + 16 * j, load_chunk)]),
           ok ? gA[j] + kk : a_base, ok ? 16 : 0);
     }
   };
@@ -112,10 +110,10 @@ __global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
     const int64_t kk = int64_t(k_tile) * kGemmK + load_chunk * 8;
     const bool k_ok = kk < k;
 #pragma unroll
-    for (int j = 0; j < Config::kBPasses; ++j) {
+    for (int j = 0; j < 4; ++j) {
       const bool ok = b_ok[j] && k_ok;
       ptx::cp_async_16(
-          ptx::smem_address(&sB(stage)[swizzled_offset(load_row + kPass * j, load_chunk)]),
+          ptx::smem_address(&sB(stage)[swizzled_offset(load_row + 16 * j, load_chunk)]),
           ok ? gB[j] + kk : b0, ok ? 16 : 0);
     }
   };
@@ -125,8 +123,7 @@ __global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
   const bool second_half = rows > 16;  // warp-uniform: skip the empty m16 half (decode)
   const int q = lane >> 3;             // which 8×8 matrix this lane addresses in ldmatrix.x4
   const int b_row =
-      (kGateUp ? (q >> 1) * Config::kGateUpColumns + 8 * warp : 16 * warp + (q >> 1) * 8) +
-      (lane & 7);
+      (kGateUp ? (q >> 1) * kGateUpColumns + 8 * warp : 16 * warp + (q >> 1) * 8) + (lane & 7);
 
   // Prologue. gate/up: groups (A+B)_0 .. (A+B)_{S-2}. down: B_0 .. B_{S-2} before the wait, then
   // A_0 .. A_{S-2}. Either way the group holding stage k's last part is the (S-1+k)-th from the
@@ -217,41 +214,27 @@ __global__ void __launch_bounds__(GemmConfig<kWarps>::kThreads)
   }
 }
 
-template <bool kGateUp, int kWarps>
-void launch_gemm(const GemmArgs& args, cudaStream_t stream) {
-  using Config = GemmConfig<kWarps>;
-  const int columns = kGateUp ? Config::kGateUpColumns : Config::kDownColumns;
-  auto* kernel = &moe_gemm_kernel<kGateUp, kWarps>;
+void launch_gemm(const GemmArgs& args, bool gate_up, cudaStream_t stream) {
+  const int columns = gate_up ? kGateUpColumns : kDownColumns;
+  auto* kernel = gate_up ? &moe_gemm_kernel<true> : &moe_gemm_kernel<false>;
   // The opt-in shared memory limit is a per-function attribute, legal during stream capture.
-  MLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      Config::kSmemBytes));
+  MLA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmemBytes));
   launch_programmatic_dependent(kernel,
                                 dim3(static_cast<unsigned>(args.max_row_tiles),
                                      static_cast<unsigned>((args.n + columns - 1) / columns)),
-                                dim3(Config::kThreads), Config::kSmemBytes, stream, args);
-}
-
-// Wide tiles unless that leaves too few CTAs to keep HBM busy (a function of the shape alone).
-template <bool kGateUp>
-void launch_gemm(const GemmArgs& args, cudaStream_t stream) {
-  const int wide_columns =
-      kGateUp ? GemmConfig<kWideWarps>::kGateUpColumns : GemmConfig<kWideWarps>::kDownColumns;
-  const int64_t wide_ctas = args.busy_experts * ((args.n + wide_columns - 1) / wide_columns);
-  if (wide_ctas >= kMinCtasForWideTiles)
-    launch_gemm<kGateUp, kWideWarps>(args, stream);
-  else
-    launch_gemm<kGateUp, kNarrowWarps>(args, stream);
+                                dim3(kGemmThreads), kGemmSmemBytes, stream, args);
 }
 
 }  // namespace
 
 void launch_gate_up_kernel(const GemmArgs& args, cudaStream_t stream) {
-  launch_gemm<true>(args, stream);
+  launch_gemm(args, true, stream);
   MLA_CHECK_LAUNCH("moe_gate_up_gemm");
 }
 
 void launch_down_kernel(const GemmArgs& args, cudaStream_t stream) {
-  launch_gemm<false>(args, stream);
+  launch_gemm(args, false, stream);
   MLA_CHECK_LAUNCH("moe_down_gemm");
 }
 

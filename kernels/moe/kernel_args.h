@@ -48,7 +48,6 @@ struct GemmArgs {
   const int32_t* order = nullptr;    // [pairs]
   const int32_t* tiles = nullptr;    // [max_row_tiles, 2]
   int64_t max_row_tiles = 0;
-  int64_t busy_experts = 0;  // min(num_experts, pairs): the most experts with rows (tile choice)
 };
 
 struct UnpermuteArgs {

@@ -3,7 +3,6 @@
 // Validation happens here, once, with messages that name the argument, the expected and the
 // actual value; the kernels trust their params. What cannot be checked here (the device arrays of
 // expert pointers, the expert ids) is documented in moe.h; ids out of range are dropped, not read.
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -97,13 +96,12 @@ void check_moe_experts_args(const MoeExpertsParams& p) {
   require(p.hidden >= 8 && p.hidden % 8 == 0, op,
           fmt::format("hidden must be a positive multiple of 8 (16-byte rows), got {}", p.hidden));
   require(p.intermediate >= 8 && p.intermediate % 8 == 0 &&
-              p.intermediate / moe::GemmConfig<moe::kNarrowWarps>::kGateUpColumns < 65535,
+              p.intermediate / moe::kGateUpColumns < 65535,
           op,
           fmt::format("intermediate must be a positive multiple of 8 below {}, got {}",
-                      65535 * moe::GemmConfig<moe::kNarrowWarps>::kGateUpColumns, p.intermediate));
-  constexpr int kDownColumns = moe::GemmConfig<moe::kNarrowWarps>::kDownColumns;
-  require(p.hidden / kDownColumns < 65535, op,
-          fmt::format("hidden must be below {}, got {}", 65535 * kDownColumns, p.hidden));
+                      65535 * moe::kGateUpColumns, p.intermediate));
+  require(p.hidden / moe::kDownColumns < 65535, op,
+          fmt::format("hidden must be below {}, got {}", 65535 * moe::kDownColumns, p.hidden));
   const int64_t max_tokens = std::numeric_limits<int32_t>::max() / (2 * kMoeMaxTopK);
   require(p.tokens >= 0 && p.tokens <= max_tokens, op,
           fmt::format("tokens must be in [0, {}], got {}", max_tokens, p.tokens));
@@ -161,7 +159,6 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   gemm.order = plan.order;
   gemm.tiles = plan.tiles;
   gemm.max_row_tiles = layout.max_row_tiles;
-  gemm.busy_experts = std::min<int64_t>(p.num_experts, layout.pairs);
 
   gemm.n = p.intermediate;
   gemm.k = p.hidden;

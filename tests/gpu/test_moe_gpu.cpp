@@ -9,7 +9,7 @@
 // one expert, dropped ids, padded x/out strides (NaN / sentinels in the padding), fp32 and bf16
 // out, accumulate on and off; the device plan equals ref::moe_permutation; reruns are
 // bit-identical, a token's output does not depend on its batch, and route + experts replay in a
-// CUDA graph with new inputs. Both tile widths (2 and 4 warps, chosen by the shape) are covered.
+// CUDA graph with new inputs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -608,8 +608,7 @@ TEST(MoeExpertsGpu, OddShapesAndIdPatterns) {
 TEST(MoeExpertsGpu, ManyExpertsAndOneCrowdedExpert) {
   MLA_REQUIRE_SM90_GPU();
   {
-    // The odd shape again with 200 experts: enough CTAs for the wide (4-warp) tiles, which the
-    // 7-expert bank never reaches, with its k and n tails.
+    // The odd shape (k and n tails) again with 200 experts: many small experts, partial tiles.
     const ExpertBank bank(200, 72, 200, 250);
     for (IdPattern ids : {IdPattern::kDistinct, IdPattern::kWithDropped}) {
       ExpertsCase c;
@@ -662,8 +661,7 @@ TEST(MoeExpertsGpu, TokenOutputDoesNotDependOnItsBatch) {
   kernels::launch_moe_experts(big.params(), nullptr);
   const std::vector<float> all = big.fetch_out(nullptr);
   // The first 5 tokens alone, and the first token alone (same x, ids and weights: the device
-  // buffers' prefixes). One token runs the narrow (2-warp) tiles, 64 the wide ones: the per-row
-  // arithmetic (k order, mma steps) is the same, so the bits are too.
+  // buffers' prefixes): other tiles, other row positions, the same per-row arithmetic.
   for (int64_t tokens : {5, 1}) {
     kernels::MoeExpertsParams p = big.params();
     p.tokens = tokens;
