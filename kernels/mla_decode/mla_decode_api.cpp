@@ -14,7 +14,8 @@
 namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
-                        int32_t* plan, cudaStream_t stream);
+                        int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
+                        cudaStream_t stream);
 void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream);
 }  // namespace decode
 
@@ -114,10 +115,14 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
   const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
   DecodeWorkspaceLayout layout;
   layout.max_splits = batch + shape.num_parts;
+  layout.num_combine_counters = int64_t(batch) * num_heads_kv * shape.num_row_tiles;
   const size_t partial_rows = size_t(layout.max_splits) * num_heads_kv * shape.rows_per_kv_head;
   layout.plan_offset = 0;
-  layout.partial_lse_offset =
+  layout.combine_counters_offset =
       align_up(sizeof(int32_t) * decode_plan_ints(batch, shape.num_parts), kWorkspaceAlignment);
+  layout.partial_lse_offset =
+      layout.combine_counters_offset +
+      align_up(sizeof(int32_t) * size_t(layout.num_combine_counters), kWorkspaceAlignment);
   layout.partial_out_offset =
       layout.partial_lse_offset + align_up(sizeof(float) * partial_rows, kWorkspaceAlignment);
   layout.total_bytes = layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV;
@@ -199,7 +204,12 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
   if (params.batch == 0) return;
   const DecodeLaunchShape shape =
       decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
-  decode::launch_plan_kernel(params, shape, static_cast<int32_t*>(params.workspace), stream);
+  const DecodeWorkspaceLayout layout = decode_workspace_layout(
+      params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  auto* base = static_cast<uint8_t*>(params.workspace);
+  decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
+                             reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
+                             layout.num_combine_counters, stream);
 }
 
 void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
@@ -218,8 +228,12 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.plan = reinterpret_cast<const int32_t*>(base + layout.plan_offset);
   args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
+  args.combine_counters = reinterpret_cast<int*>(base + layout.combine_counters_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
+  // kFast merges split sequences in its split-KV kernel: no combine launch (see config.h).
+  const bool fused_combine =
+      fast && (decode::kFastFusedCombineAlways || !decode::fast_wants_split_parallel_combine(args));
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;
@@ -239,13 +253,13 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
   }
   if (args.shape.rows_per_tile == 16) {
-    decode::launch_splitkv_mma<16>(args, stream);
+    decode::launch_splitkv_mma<16>(args, fused_combine, stream);
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    decode::launch_splitkv_wgmma(args, stream);
+    decode::launch_splitkv_wgmma(args, fused_combine, stream);
   }
-  decode::launch_combine_kernel(args, fast, stream);
+  if (!fused_combine) decode::launch_combine_kernel(args, fast, stream);
 }
 
 }  // namespace mla::kernels

@@ -130,5 +130,38 @@ TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
   EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
 }
 
+TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
+  // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out.
+  struct Shape {
+    int batch, seqlen_q, heads_q, heads_kv, sms;
+  };
+  for (const Shape& s : {Shape{8, 1, 16, 1, 132}, Shape{3, 2, 128, 1, 132}, Shape{1, 1, 16, 1, 132},
+                         Shape{5, 4, 128, 2, 78}, Shape{65535, 1, 16, 1, 132}}) {
+    const DecodeWorkspaceLayout layout =
+        decode_workspace_layout(s.batch, s.seqlen_q, s.heads_q, s.heads_kv, s.sms);
+    const DecodeLaunchShape shape = decode_launch_shape(s.seqlen_q, s.heads_q, s.heads_kv, s.sms);
+    const std::string label =
+        fmt::format("b {} s_q {} h_q {} h_kv {}", s.batch, s.seqlen_q, s.heads_q, s.heads_kv);
+    EXPECT_EQ(layout.num_combine_counters, int64_t(s.batch) * s.heads_kv * shape.num_row_tiles)
+        << label;
+    EXPECT_EQ(layout.plan_offset, 0u) << label;
+    EXPECT_EQ(layout.combine_counters_offset % 256, 0u) << label;
+    EXPECT_GE(layout.combine_counters_offset,
+              sizeof(int32_t) * size_t(decode_plan_ints(s.batch, shape.num_parts)))
+        << label;
+    EXPECT_EQ(layout.partial_lse_offset % 256, 0u) << label;
+    EXPECT_GE(layout.partial_lse_offset,
+              layout.combine_counters_offset + sizeof(int32_t) * layout.num_combine_counters)
+        << label;
+    const size_t partial_rows = size_t(layout.max_splits) * s.heads_kv * shape.rows_per_kv_head;
+    EXPECT_GE(layout.partial_out_offset, layout.partial_lse_offset + sizeof(float) * partial_rows)
+        << label;
+    EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + sizeof(float) * partial_rows * 512)
+        << label;
+  }
+  // h_q = 128, s_q = 2: 256 rows, four 64-row tiles per kv head.
+  EXPECT_EQ(decode_workspace_layout(3, 2, 128, 1, 132).num_combine_counters, 12);
+}
+
 }  // namespace
 }  // namespace mla::kernels

@@ -3,11 +3,14 @@
 // in unused block-table entries, seqlen 0, lengths not multiples of 64, ragged batches, one long
 // sequence among short ones, h_q ∈ {1, 3, 16, 32, 64, 127, 128}, s_q ∈ {1..4}, causal on and off,
 // batch 1..256. Outputs are poisoned first (every element must be written), runs are repeated
-// (bit-identical), and a CUDA graph of plan + decode is replayed with changing seqlens.
+// (bit-identical), a CUDA graph of plan + decode is replayed with changing seqlens, and one
+// workspace serves steps of several shapes, each decoded three times per plan (kFast's fused
+// combine resets its counters). Every test runs both kernels.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -136,6 +139,81 @@ TEST_P(MlaDecodeGpu, SequenceOf128kTokens) {
   spec.kv_stddev = 0.5f;
   spec.seed = 128;
   check_against_reference(spec, GetParam(), "128k + 37 tokens");
+}
+
+TEST_P(MlaDecodeGpu, OneSequenceOf128kTokensSplitOverEverySm) {
+  MLA_REQUIRE_SM90_GPU();
+  // b = 1: every CTA of the grid holds a piece of the one sequence (16-row tiles: num_sms pieces;
+  // h_q = 128: two 64-row tiles, num_sms / 2 pieces each), and they finish in whatever order the
+  // SMs do. kFast's last CTA merges them all (fused combine); kBaseline's combine kernel does.
+  for (int heads : {16, 128}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = heads;
+    spec.seqlen_q = 1;
+    spec.seqlens = {131072};
+    spec.q_stddev = 0.5f;
+    spec.kv_stddev = 0.5f;
+    spec.seed = 1310 + heads;
+    check_against_reference(spec, GetParam(), fmt::format("b 1, 131072 tokens, h_q {}", heads));
+  }
+}
+
+TEST_P(MlaDecodeGpu, OneWorkspaceAcrossShapesAndRepeatedLayers) {
+  MLA_REQUIRE_SM90_GPU();
+  // One workspace (filled with 0xff bytes once: nothing may rely on it being zero) serves a series
+  // of steps of different shapes and seqlens. Each step runs the plan once, then the decode three
+  // times like three layers, outputs poisoned before each: kFast's later layers find its combine
+  // counters at 0 only if the last CTA of every split sequence put them back.
+  struct Step {
+    int heads, seqlen_q;
+    std::vector<int32_t> seqlens;
+  };
+  const std::vector<Step> steps = {
+      {16, 1, {20000}},                                     // b = 1, mma, ~num_sms pieces
+      {16, 1, {4096, 0, 4000, 4096, 1, 4096, 3000, 4096}},  // b = 8, with an empty sequence
+      {128, 2, {5000, 0, 3001}},                            // wgmma, 4 row tiles
+      {64, 1, {9000}},                                      // wgmma, 1 tile, many pieces
+      {16, 2, {0, 0, 0}},                                   // nothing to read at all
+      {16, 1, {17000}},                                     // the first shape, new length
+  };
+  size_t bytes = 0;
+  for (const Step& step : steps)
+    bytes = std::max(bytes, kernels::mla_decode_workspace_size(
+                                int(step.seqlens.size()), step.seqlen_q, step.heads, 1, num_sms()));
+  cuda::DeviceBuffer<uint8_t> workspace(bytes);
+  MLA_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, bytes));
+  std::mt19937 rng(606);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = steps[i].heads;
+    spec.seqlen_q = steps[i].seqlen_q;
+    spec.seqlens = steps[i].seqlens;
+    spec.seed = rng();
+    const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    const Reference want = run_reference(problem);
+    bench::GpuDecodeProblem gpu(problem, num_sms());
+    kernels::MlaDecodePlanParams plan = gpu.plan_params();
+    plan.workspace = workspace.data();
+    plan.workspace_bytes = bytes;
+    kernels::MlaDecodeParams params = gpu.decode_params();
+    params.workspace = workspace.data();
+    params.workspace_bytes = bytes;
+    params.kernel = GetParam();
+    kernels::launch_mla_decode_plan(plan, nullptr);
+    for (int layer = 0; layer < 3; ++layer) {
+      const std::string label =
+          fmt::format("step {} (h_q {}, s_q {}, seqlens [{}]) layer {}", i, spec.num_heads_q,
+                      spec.seqlen_q, fmt::join(spec.seqlens, ","), layer);
+      gpu.poison_outputs(nullptr);
+      kernels::launch_mla_decode(params, nullptr);
+      const bench::DecodeOutputs got = gpu.fetch(nullptr);
+      const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+      EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
+      EXPECT_EQ(c.inf_mismatch, 0u) << label;
+      EXPECT_LE(c.relative_l2, kMaxRelativeL2) << label;
+      EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << label;
+    }
+  }
 }
 
 TEST_P(MlaDecodeGpu, PeakySoftmaxFromLargeScores) {

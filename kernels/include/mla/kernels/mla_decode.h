@@ -11,7 +11,10 @@
 //   launch_mla_decode_plan({seqlens, b, s_q, h_q, h_kv, num_sms, max_pages, workspace}, stream);
 //   for each layer: launch_mla_decode(params /* same workspace */, stream);
 // The plan is computed on the device from the device seqlens: no host synchronisation, so the
-// whole step can be captured in a CUDA graph and replayed with new seqlens.
+// whole step can be captured in a CUDA graph and replayed with new seqlens. The plan also zeroes
+// kFast's combine counters in the workspace; every kFast launch leaves them at 0 again (the last
+// CTA of each split sequence resets its counter), so the layers of a step reuse the plan as is. A
+// workspace must not be shared by launches that may run at the same time (it holds the partials).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,9 +31,9 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies, with a
-// split-parallel combine launched as a programmatically dependent grid when sequences split many
-// ways (small batches).
+// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies with the
+// combine fused in: the last CTA of a split sequence to finish merges its partials (arrival
+// counters in the workspace), so kFast is one kernel launch.
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
 
@@ -104,11 +107,13 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
-  size_t plan_offset = 0;         // int32[decode_plan_ints(batch, num_parts)]
-  size_t partial_lse_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head]
-  size_t partial_out_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head, 512]
+  size_t plan_offset = 0;              // int32[decode_plan_ints(batch, num_parts)]
+  size_t combine_counters_offset = 0;  // int32[num_combine_counters]: kFast's arrival counters
+  size_t partial_lse_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head]
+  size_t partial_out_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head, 512]
   size_t total_bytes = 0;
-  int max_splits = 0;  // batch + num_parts: the most pieces a plan can make
+  int max_splits = 0;                // batch + num_parts: the most pieces a plan can make
+  int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles
 };
 DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
                                               int num_heads_kv, int num_sms);
