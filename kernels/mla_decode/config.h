@@ -32,11 +32,6 @@ inline constexpr int kPlanThreads = 1024;
 // b = 1 wins 1.4-2.3×, b = 8 with h_q = 128 loses 2× with it).
 inline constexpr int kSplitParallelCombineMinPartsPerSeq = 48;
 inline constexpr int kSplitParallelCombineMaxRows = 1024;
-// kFast merges a split sequence in the split-KV kernel itself: the last CTA of the sequence to
-// finish does the combine (fused_combine.cuh), so no combine kernel is launched. When false, kFast
-// keeps the split-parallel combine launch where the rule above picks it (the fused merge is one
-// SM reading pieces × rows × 2 KB; switch here if many-piece rows measure slower fused).
-inline constexpr bool kFastFusedCombineAlways = true;
 inline constexpr int kFusedMergeUnroll = 8;  // pieces in flight per thread and row in the merge
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 

@@ -42,8 +42,8 @@ MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int se
   return seqlen - 1 - (args.params.causal ? args.params.seqlen_q - 1 - s : 0);
 }
 
-// kFast with the split-parallel combine launch (only when kFastFusedCombineAlways is false): when
-// sequences are expected to split many ways and the batch has few rows.
+// kFast with a launched combine: the split-parallel one when sequences are expected to split many
+// ways and the batch has few rows.
 inline bool fast_wants_split_parallel_combine(const DecodeKernelArgs& args) {
   const int64_t rows = int64_t(args.params.num_heads_kv) * args.shape.rows_per_kv_head;
   return args.shape.num_parts >= kSplitParallelCombineMinPartsPerSeq * int64_t(args.params.batch) &&

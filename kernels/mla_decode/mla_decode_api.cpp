@@ -2,8 +2,10 @@
 //
 // Validation happens here, once, with messages that name the argument, the expected and the
 // actual value; the kernels trust their params.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -84,6 +86,51 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
 }
 
 }  // namespace
+
+const char* to_string(MlaDecodeCombine combine) {
+  switch (combine) {
+    case MlaDecodeCombine::kAuto:
+      return "auto";
+    case MlaDecodeCombine::kFused:
+      return "fused";
+    case MlaDecodeCombine::kLaunched:
+      return "launched";
+  }
+  return "unknown";
+}
+
+int64_t fused_merge_bytes_estimate(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                                   int num_sms, int max_pages_per_seq) {
+  if (batch <= 0) return 0;
+  const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
+  int64_t pieces = (int64_t(shape.num_parts) + batch - 1) / batch + 1;
+  pieces = std::min<int64_t>({pieces, shape.num_parts, std::max(max_pages_per_seq, 1)});
+  if (pieces <= 1) return 0;                                  // nothing splits: no merge at all
+  const int tile_rows = shape.rows_per_tile == 16 ? 16 : 64;  // the kernels' tiles (config.h)
+  const int64_t rows = std::min(tile_rows, shape.rows_per_kv_head);
+  return pieces * rows * kHeadDimV * int64_t(sizeof(float));
+}
+
+MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t max_merge_bytes) {
+  if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeCombine::kLaunched;
+  if (params.combine != MlaDecodeCombine::kAuto) return params.combine;
+  if (max_merge_bytes < 0) {
+    max_merge_bytes = kFusedCombineMaxMergeBytes;
+    if (const char* text = std::getenv("MLA_FUSED_COMBINE_MAX_MERGE_BYTES");
+        text != nullptr && *text != '\0') {
+      char* end = nullptr;
+      const long long value = std::strtoll(text, &end, 10);
+      require(*end == '\0' && value >= 0,
+              fmt::format("MLA_FUSED_COMBINE_MAX_MERGE_BYTES must be a byte count >= 0, got '{}'",
+                          text));
+      max_merge_bytes = value;
+    }
+  }
+  const int64_t bytes =
+      fused_merge_bytes_estimate(params.batch, params.seqlen_q, params.num_heads_q,
+                                 params.num_heads_kv, params.num_sms, params.max_pages_per_seq);
+  return bytes <= max_merge_bytes ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
+}
 
 const char* to_string(MlaDecodeKernel kernel) {
   switch (kernel) {
@@ -231,9 +278,8 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.combine_counters = reinterpret_cast<int*>(base + layout.combine_counters_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
-  // kFast merges split sequences in its split-KV kernel: no combine launch (see config.h).
-  const bool fused_combine =
-      fast && (decode::kFastFusedCombineAlways || !decode::fast_wants_split_parallel_combine(args));
+  // kFast's fused combine: the split-KV kernel merges split sequences itself, no combine launch.
+  const bool fused_combine = resolved_decode_combine(params) == MlaDecodeCombine::kFused;
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;

@@ -30,7 +30,34 @@ void PrintTo(MlaDecodeKernel kernel, std::ostream* os) {
 }  // namespace kernels
 namespace {
 
+using kernels::MlaDecodeCombine;
 using kernels::MlaDecodeKernel;
+
+// What a test runs: kBaseline, and kFast with each of its two combines forced (kAuto picks one of
+// them by a host rule that the CPU tests check), so both of kFast's paths see every case.
+struct KernelChoice {
+  MlaDecodeKernel kernel;
+  MlaDecodeCombine combine;
+};
+std::string name_of(const KernelChoice& choice) {
+  return choice.kernel == MlaDecodeKernel::kBaseline
+             ? "baseline"
+             : fmt::format("fast_{}", kernels::to_string(choice.combine));
+}
+void PrintTo(const KernelChoice& choice, std::ostream* os) {
+  *os << name_of(choice);
+}
+
+// poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
+bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice) {
+  gpu.poison_outputs(nullptr);
+  kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = choice.kernel;
+  params.combine = choice.combine;
+  kernels::launch_mla_decode(params, nullptr);
+  return gpu.fetch(nullptr);
+}
 
 constexpr double kMaxRelativeL2 = 3e-3;
 constexpr double kMaxLseRelative = 1e-5;
@@ -51,12 +78,12 @@ int num_sms() {
   return cuda::current_device_info().num_sms;
 }
 
-void check_against_reference(const ref::PagedDecodeProblemSpec& spec, MlaDecodeKernel kernel,
+void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const KernelChoice& kernel,
                              const std::string& label) {
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   const Reference want = run_reference(problem);
   bench::GpuDecodeProblem gpu(problem, num_sms());
-  const bench::DecodeOutputs got = gpu.run(nullptr, kernel);
+  const bench::DecodeOutputs got = run_decode(gpu, kernel);
   const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
   EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
   EXPECT_EQ(c.inf_mismatch, 0u) << label
@@ -64,7 +91,7 @@ void check_against_reference(const ref::PagedDecodeProblemSpec& spec, MlaDecodeK
   EXPECT_LE(c.relative_l2, kMaxRelativeL2) << label;
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << label;
   // Same inputs again: bit-identical results.
-  const bench::DecodeOutputs again = gpu.run(nullptr, kernel);
+  const bench::DecodeOutputs again = run_decode(gpu, kernel);
   EXPECT_EQ(0, std::memcmp(got.out.data(), again.out.data(), got.out.size() * sizeof(float)))
       << label << ": out differs between two runs";
   EXPECT_EQ(0, std::memcmp(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)))
@@ -78,7 +105,7 @@ std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
   return seqlens;
 }
 
-class MlaDecodeGpu : public ::testing::TestWithParam<MlaDecodeKernel> {};
+class MlaDecodeGpu : public ::testing::TestWithParam<KernelChoice> {};
 
 TEST_P(MlaDecodeGpu, HeadsQueryLengthsAndCausalSweep) {
   MLA_REQUIRE_SM90_GPU();
@@ -198,7 +225,8 @@ TEST_P(MlaDecodeGpu, OneWorkspaceAcrossShapesAndRepeatedLayers) {
     kernels::MlaDecodeParams params = gpu.decode_params();
     params.workspace = workspace.data();
     params.workspace_bytes = bytes;
-    params.kernel = GetParam();
+    params.kernel = GetParam().kernel;
+    params.combine = GetParam().combine;
     kernels::launch_mla_decode_plan(plan, nullptr);
     for (int layer = 0; layer < 3; ++layer) {
       const std::string label =
@@ -288,7 +316,8 @@ TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
   cudaStream_t stream;
   MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = GetParam();
+  params.kernel = GetParam().kernel;
+  params.combine = GetParam().combine;
   cudaGraph_t graph;
   MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   kernels::launch_mla_decode_plan(gpu.plan_params(), stream);
@@ -332,7 +361,8 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   const Reference want = run_reference(problem);
   bench::GpuDecodeProblem gpu(problem, num_sms());
   kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = GetParam();
+  params.kernel = GetParam().kernel;
+  params.combine = GetParam().combine;
   constexpr int kPadQ = 64, kPadOut = 128;
   const int rows = problem.batch * spec.seqlen_q * spec.num_heads_q;
   std::vector<bf16> q_padded(size_t(rows) * (576 + kPadQ), float_to_bf16(NAN));
@@ -364,11 +394,12 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeGpu,
-                         ::testing::Values(MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast),
-                         [](const auto& info) {
-                           return std::string(kernels::to_string(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, MlaDecodeGpu,
+    ::testing::Values(KernelChoice{MlaDecodeKernel::kBaseline, MlaDecodeCombine::kAuto},
+                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused},
+                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched}),
+    [](const auto& info) { return name_of(info.param); });
 
 }  // namespace
 }  // namespace mla

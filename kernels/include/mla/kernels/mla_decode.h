@@ -32,10 +32,21 @@ namespace mla::kernels {
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
 // kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies with the
-// combine fused in: the last CTA of a split sequence to finish merges its partials (arrival
-// counters in the workspace), so kFast is one kernel launch.
+// combine fused in where it is cheap (MlaDecodeCombine): the last CTA of a split sequence to finish
+// merges its partials (arrival counters in the workspace), so kFast is one kernel launch there.
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
+
+// How kFast merges the pieces of a split sequence (kBaseline always launches its combine kernel).
+// kFused: the last CTA of the sequence to finish merges it inside the split-KV kernel, so the op is
+// one launch; that merge is one SM reading pieces × tile rows × 2 KB of partials.
+// kLaunched: a combine kernel follows (split-parallel as a dependent launch where sequences split
+// many ways). kAuto: kFused where the merge a sequence is expected to need is at most
+// kFusedCombineMaxMergeBytes (the environment variable MLA_FUSED_COMBINE_MAX_MERGE_BYTES
+// overrides it, for measuring), else kLaunched; resolved_decode_combine() says which.
+enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
+const char* to_string(MlaDecodeCombine combine);
+inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
 
 struct MlaDecodePlanParams {
   const int32_t* seqlens = nullptr;  // [batch] int32, device
@@ -78,6 +89,7 @@ struct MlaDecodeParams {
   void* workspace = nullptr;  // the plan's workspace (holds the plan and split-KV partials)
   size_t workspace_bytes = 0;
   MlaDecodeKernel kernel = MlaDecodeKernel::kBaseline;
+  MlaDecodeCombine combine = MlaDecodeCombine::kAuto;  // kFast only
 
   // Fills every stride for contiguous tensors of the documented shapes.
   void set_contiguous_strides();
@@ -117,5 +129,17 @@ struct DecodeWorkspaceLayout {
 };
 DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
                                               int num_heads_kv, int num_sms);
+
+// The combine a launch with these params uses: kLaunched for kBaseline; for kFast, params.combine,
+// with kAuto resolved against the merge bytes the last CTA of a sequence is expected to read
+// (fused_merge_bytes_estimate) and `max_merge_bytes` (< 0: kFusedCombineMaxMergeBytes, or the
+// environment's MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set).
+MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
+                                         int64_t max_merge_bytes = -1);
+// Partial bytes the last CTA of a sequence reads to merge it, for the pieces a sequence is expected
+// to make: about num_parts / b + 1 in a uniform batch, never more than num_parts nor
+// max_pages_per_seq (a piece holds at least one page); times the tile's rows · 512 fp32.
+int64_t fused_merge_bytes_estimate(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                                   int num_sms, int max_pages_per_seq);
 
 }  // namespace mla::kernels
