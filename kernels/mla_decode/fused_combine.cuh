@@ -172,26 +172,36 @@ __device__ __forceinline__ void merge_partials(const DecodeKernelArgs& args, int
 }
 
 // The sequences with no key at all (num_splits = 0: no CTA has a piece of them) get out = 0 and
-// lse = +inf, bit for bit what the combine kernels write. Part p takes sequences p, p + parts, …;
-// each CTA writes its own tile's rows.
+// lse = +inf, bit for bit what the combine kernels write. Part p takes sequences p, p + parts, …
+// (candidate i is sequence p + i · parts); each warp checks 32 candidates at once (one plan load
+// per lane, then a ballot) and writes the empty ones' rows of this CTA's tile.
 template <int kRows>
 __device__ __forceinline__ void write_empty_sequences(const DecodeKernelArgs& args,
                                                       const DecodePlanView& plan, int kv_head,
                                                       int tile_row0) {
   constexpr int kChunksPerRow = kDimV / 8;  // 16-byte stores of 8 bf16
   const MlaDecodeParams& p = args.params;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   const int valid_rows = min(kRows, args.shape.rows_per_kv_head - tile_row0);
-  for (int seq = blockIdx.x; seq < p.batch; seq += gridDim.x) {
-    if (plan.num_splits(seq) != 0) continue;
-    for (int i = threadIdx.x; i < valid_rows * kChunksPerRow; i += kThreads) {
-      const int row = i / kChunksPerRow;
-      const int chunk = i % kChunksPerRow;
-      const auto [s, head] = query_row(args, kv_head, tile_row0 + row);
-      auto* out_row = reinterpret_cast<uint16_t*>(p.out) + seq * p.out_batch_stride +
-                      s * p.out_seq_stride + head * p.out_head_stride;
-      *reinterpret_cast<uint4*>(out_row + chunk * 8) = make_uint4(0u, 0u, 0u, 0u);
-      if (chunk == 0)
-        p.lse[(static_cast<int64_t>(seq) * p.num_heads_q + head) * p.seqlen_q + s] = INFINITY;
+  const int num_parts = static_cast<int>(gridDim.x);
+  const int part = static_cast<int>(blockIdx.x);
+  const int candidates = p.batch > part ? (p.batch - part + num_parts - 1) / num_parts : 0;
+  for (int base = warp * 32; base < candidates; base += kWarps * 32) {
+    const int i = base + lane;
+    const bool empty = i < candidates && plan.num_splits(part + i * num_parts) == 0;
+    for (uint32_t mask = __ballot_sync(0xffffffffu, empty); mask != 0; mask &= mask - 1) {
+      const int seq = part + (base + __ffs(mask) - 1) * num_parts;
+      for (int c = lane; c < valid_rows * kChunksPerRow; c += 32) {
+        const int row = c / kChunksPerRow;
+        const int chunk = c % kChunksPerRow;
+        const auto [s, head] = query_row(args, kv_head, tile_row0 + row);
+        auto* out_row = reinterpret_cast<uint16_t*>(p.out) + seq * p.out_batch_stride +
+                        s * p.out_seq_stride + head * p.out_head_stride;
+        *reinterpret_cast<uint4*>(out_row + chunk * 8) = make_uint4(0u, 0u, 0u, 0u);
+        if (chunk == 0)
+          p.lse[(static_cast<int64_t>(seq) * p.num_heads_q + head) * p.seqlen_q + s] = INFINITY;
+      }
     }
   }
 }
