@@ -17,7 +17,7 @@ namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
-                        cudaStream_t stream);
+                        int min_cost_per_part, cudaStream_t stream);
 void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream);
 }  // namespace decode
 
@@ -86,6 +86,18 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
 }
 
 }  // namespace
+
+int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
+  if (params.min_cost_per_part > 0) return params.min_cost_per_part;
+  const char* text = std::getenv("MLA_DECODE_MIN_COST_PER_PART");
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  require(*end == '\0' && value >= 0 && value <= (1 << 24),
+          fmt::format("MLA_DECODE_MIN_COST_PER_PART must be a count of pages in [0, {}], got '{}'",
+                      1 << 24, text));
+  return static_cast<int>(value);
+}
 
 const char* to_string(MlaDecodeCombine combine) {
   switch (combine) {
@@ -188,6 +200,8 @@ void check_mla_decode_plan_args(const MlaDecodePlanParams& params,
   require(params.num_sms >= 1, fmt::format("num_sms must be >= 1, got {}", params.num_sms));
   require(params.max_pages_per_seq >= 1,
           fmt::format("max_pages_per_seq must be >= 1, got {}", params.max_pages_per_seq));
+  require(params.min_cost_per_part >= 0,
+          fmt::format("min_cost_per_part must be >= 0, got {}", params.min_cost_per_part));
   if (params.batch > 0) check_pointer(params.seqlens, "seqlens", alignof(int32_t));
   check_workspace(params.workspace, params.workspace_bytes,
                   mla_decode_workspace_size(params.batch, params.seqlen_q, params.num_heads_q,
@@ -256,7 +270,7 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
   auto* base = static_cast<uint8_t*>(params.workspace);
   decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
                              reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
-                             layout.num_combine_counters, stream);
+                             layout.num_combine_counters, plan_min_cost_per_part(params), stream);
 }
 
 void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {

@@ -23,6 +23,7 @@ struct PlanKernelArgs {
   int batch;
   int num_parts;
   int max_pages_per_seq;
+  int min_cost_per_part;
 };
 
 __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
   }
   const int total_cost = carry;
-  const int per_part = cost_per_part(total_cost, args.num_parts);
+  const int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part);
   __syncthreads();
 
   // Pass 2: exclusive prefix of splits per sequence.
@@ -267,10 +268,15 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
-                        cudaStream_t stream) {
-  PlanKernelArgs args{params.seqlens,          plan,         combine_counters,
-                      num_combine_counters,    params.batch, shape.num_parts,
-                      params.max_pages_per_seq};
+                        int min_cost_per_part, cudaStream_t stream) {
+  PlanKernelArgs args{params.seqlens,
+                      plan,
+                      combine_counters,
+                      num_combine_counters,
+                      params.batch,
+                      shape.num_parts,
+                      params.max_pages_per_seq,
+                      min_cost_per_part};
   mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }

@@ -270,35 +270,51 @@ TEST_P(MlaDecodeGpu, SeveralKvHeads) {
 
 TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   MLA_REQUIRE_SM90_GPU();
-  // Word for word, including batches larger than one scan chunk of the plan kernel (1024).
+  // Word for word, including batches larger than one scan chunk of the plan kernel (1024), with
+  // the balanced plan and with a minimum cost per part. The plan also zeroes kFast's combine
+  // counters (the workspace starts as 0xff bytes).
   std::mt19937 rng(3);
   for (int batch : {1, 5, 64, 1500, 3000}) {
     for (int heads : {16, 128}) {
-      std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
-      seqlens[0] = -3;        // negative counts as empty
-      seqlens.back() = 5000;  // beyond the block table's capacity: clamped
-      const int max_pages = 3000 / 64 + 1;
-      const kernels::DecodeLaunchShape shape = kernels::decode_launch_shape(2, heads, 1, num_sms());
-      cuda::DeviceBuffer<int32_t> d_seqlens(seqlens.size());
-      d_seqlens.copy_from_host(seqlens);
-      const size_t bytes = kernels::mla_decode_workspace_size(batch, 2, heads, 1, num_sms());
-      cuda::DeviceBuffer<uint8_t> workspace(bytes);
-      kernels::MlaDecodePlanParams params;
-      params.seqlens = d_seqlens.data();
-      params.batch = batch;
-      params.seqlen_q = 2;
-      params.num_heads_q = heads;
-      params.num_sms = num_sms();
-      params.max_pages_per_seq = max_pages;
-      params.workspace = workspace.data();
-      params.workspace_bytes = bytes;
-      kernels::launch_mla_decode_plan(params, nullptr);
-      const std::vector<int32_t> want =
-          kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages);
-      std::vector<int32_t> got(want.size());
-      MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
-                                cudaMemcpyDeviceToHost));
-      EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads;
+      for (int min_cost : {0, 9}) {
+        std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
+        seqlens[0] = -3;        // negative counts as empty
+        seqlens.back() = 5000;  // beyond the block table's capacity: clamped
+        const int max_pages = 3000 / 64 + 1;
+        const kernels::DecodeLaunchShape shape =
+            kernels::decode_launch_shape(2, heads, 1, num_sms());
+        cuda::DeviceBuffer<int32_t> d_seqlens(seqlens.size());
+        d_seqlens.copy_from_host(seqlens);
+        const size_t bytes = kernels::mla_decode_workspace_size(batch, 2, heads, 1, num_sms());
+        cuda::DeviceBuffer<uint8_t> workspace(bytes);
+        MLA_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, bytes));
+        kernels::MlaDecodePlanParams params;
+        params.seqlens = d_seqlens.data();
+        params.batch = batch;
+        params.seqlen_q = 2;
+        params.num_heads_q = heads;
+        params.num_sms = num_sms();
+        params.max_pages_per_seq = max_pages;
+        params.workspace = workspace.data();
+        params.workspace_bytes = bytes;
+        params.min_cost_per_part = min_cost;
+        kernels::launch_mla_decode_plan(params, nullptr);
+        const std::vector<int32_t> want =
+            kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
+                                           kernels::plan_min_cost_per_part(params));
+        std::vector<int32_t> got(want.size());
+        MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads << " min cost " << min_cost;
+        const kernels::DecodeWorkspaceLayout layout =
+            kernels::decode_workspace_layout(batch, 2, heads, 1, num_sms());
+        std::vector<int32_t> counters(layout.num_combine_counters, -1);
+        MLA_CUDA_CHECK(cudaMemcpy(counters.data(),
+                                  workspace.data() + layout.combine_counters_offset,
+                                  counters.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), int64_t(counters.size()))
+            << "combine counters not zeroed, batch " << batch << " h_q " << heads;
+      }
     }
   }
 }

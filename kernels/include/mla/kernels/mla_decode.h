@@ -58,6 +58,10 @@ struct MlaDecodePlanParams {
   int max_pages_per_seq = 0;  // block_table row length: seqlens are clamped to it
   void* workspace = nullptr;  // mla_decode_workspace_size(...) bytes, 256-byte aligned
   size_t workspace_bytes = 0;
+  // Each part's cost is at least this many units (pages; see mla_decode_plan.h): fewer, longer
+  // pieces for small batches, e.g. for kFast's fused combine. 0: the balanced plan, or
+  // MLA_DECODE_MIN_COST_PER_PART from the environment when set (for measuring).
+  int min_cost_per_part = 0;
 };
 
 struct MlaDecodeParams {
@@ -136,6 +140,9 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 // environment's MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set).
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
                                          int64_t max_merge_bytes = -1);
+// The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
+// MLA_DECODE_MIN_COST_PER_PART, else 0.
+int plan_min_cost_per_part(const MlaDecodePlanParams& params);
 // Partial bytes the last CTA of a sequence reads to merge it, for the pieces a sequence is expected
 // to make: about num_parts / b + 1 in a uniform batch, never more than num_parts nor
 // max_pages_per_seq (a piece holds at least one page); times the tile's rows · 512 fp32.
