@@ -85,18 +85,25 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
                       minimum, stride));
 }
 
+// A non-negative integer from the environment (for measuring; callers read it once per process);
+// -1 if unset.
+int64_t environment_count(const char* name, int64_t max_value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return -1;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  require(*end == '\0' && value >= 0 && value <= max_value,
+          fmt::format("{} must be an integer in [0, {}], got '{}'", name, max_value, text));
+  return value;
+}
+
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
   if (params.min_cost_per_part > 0) return params.min_cost_per_part;
-  const char* text = std::getenv("MLA_DECODE_MIN_COST_PER_PART");
-  if (text == nullptr || *text == '\0') return 0;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  require(*end == '\0' && value >= 0 && value <= (1 << 24),
-          fmt::format("MLA_DECODE_MIN_COST_PER_PART must be a count of pages in [0, {}], got '{}'",
-                      1 << 24, text));
-  return static_cast<int>(value);
+  static const int64_t from_environment =
+      environment_count("MLA_DECODE_MIN_COST_PER_PART", int64_t(1) << 24);
+  return from_environment > 0 ? static_cast<int>(from_environment) : 0;
 }
 
 const char* to_string(MlaDecodeCombine combine) {
@@ -127,16 +134,9 @@ MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t 
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeCombine::kLaunched;
   if (params.combine != MlaDecodeCombine::kAuto) return params.combine;
   if (max_merge_bytes < 0) {
-    max_merge_bytes = kFusedCombineMaxMergeBytes;
-    if (const char* text = std::getenv("MLA_FUSED_COMBINE_MAX_MERGE_BYTES");
-        text != nullptr && *text != '\0') {
-      char* end = nullptr;
-      const long long value = std::strtoll(text, &end, 10);
-      require(*end == '\0' && value >= 0,
-              fmt::format("MLA_FUSED_COMBINE_MAX_MERGE_BYTES must be a byte count >= 0, got '{}'",
-                          text));
-      max_merge_bytes = value;
-    }
+    static const int64_t from_environment =
+        environment_count("MLA_FUSED_COMBINE_MAX_MERGE_BYTES", int64_t(1) << 50);
+    max_merge_bytes = from_environment >= 0 ? from_environment : kFusedCombineMaxMergeBytes;
   }
   const int64_t bytes =
       fused_merge_bytes_estimate(params.batch, params.seqlen_q, params.num_heads_q,
