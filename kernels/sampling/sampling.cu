@@ -11,7 +11,6 @@
 
 #include <cmath>
 
-#include "core/error.h"
 #include "cuda/check.h"
 #include "mla/kernels/sampling.h"
 #include "sampling/sampling_layout.h"
@@ -374,8 +373,6 @@ __global__ void __launch_bounds__(kSamplingThreads)
 void launch_sampling(const SamplingParams& params, cudaStream_t stream) {
   check_sampling_params(params);
   if (params.rows == 0) return;
-  if (params.rows > 0x7fffffff)
-    throw_error("launch_sampling: rows must be < 2^31 (one CTA per row), got {}", params.rows);
   sampling_kernel<<<unsigned(params.rows), kSamplingThreads, 0, stream>>>(params);
   MLA_CHECK_LAUNCH("sampling");
 }

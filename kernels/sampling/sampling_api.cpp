@@ -15,7 +15,8 @@ size_t sampling_workspace_size(int64_t max_rows, int64_t vocab) {
 }
 
 void check_sampling_params(const SamplingParams& p) {
-  if (p.rows < 0) throw_error("launch_sampling: rows must be >= 0, got {}", p.rows);
+  if (p.rows < 0 || p.rows > 0x7fffffff)
+    throw_error("launch_sampling: rows must be in [0, 2^31) (one CTA per row), got {}", p.rows);
   if (p.vocab < 1 || p.vocab >= kSamplingMaxVocab)
     throw_error("launch_sampling: vocab must be in [1, {}), got {}", kSamplingMaxVocab, p.vocab);
   if (p.rows == 0) return;

@@ -42,8 +42,11 @@ KeptWeights kept_weights(std::span<const float> logits, const SamplingRowParams&
     probability[i] = sampling_probability(work[i], max_logit, p.temperature);
     weight[i] = sampling_fixed_point(probability[i]);
   }
-  std::vector<uint64_t> sorted = keys;
-  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  std::vector<uint64_t> sorted;  // most likely first, when top-k or top-p needs the order
+  if ((p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f) {
+    sorted = keys;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  }
   uint64_t cut = 0;
   if (p.top_k > 0 && p.top_k < vocab) cut = sorted[p.top_k - 1];
   if (p.top_p < 1.0f) {

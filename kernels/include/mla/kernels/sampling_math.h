@@ -132,26 +132,27 @@ MLA_HOST_DEVICE int sampling_key_digits(int id_bits) {
   return (32 + id_bits + 7) / 8;
 }
 
-// e^x for x <= 0 (0 below -87, and for -inf and NaN) with a relative error of a few 1e-7: range
-// reduction to 2^n · e^g, |g| <= ln2/2, and the degree-7 Taylor polynomial of e^g (truncation
-// error < 6e-9). Exactly 1 at x = 0.
+// e^x for x <= 0 (0 below -87, and for -inf and NaN) with a relative error of a few 1e-7:
+// Cody-Waite range reduction x = n·ln2 + r (ln2 in two parts, fused, so r is nearly exact), |r| <=
+// ln2/2, then the degree-7 Taylor polynomial of e^r (truncation error < 6e-9) times 2^n. Exactly 1
+// at 0.
 MLA_HOST_DEVICE float sampling_exp(float x) {
   if (!(x > -87.0f)) return 0.0f;
-  const float t = sampling_mul(x, 1.44269504f);  // log2(e)
 #if defined(__CUDA_ARCH__)
-  const float n = floorf(sampling_add(t, 0.5f));
+  const float n = floorf(sampling_fma(x, 1.44269504f, 0.5f));  // round(x / ln2)
 #else
-  const float n = std::floor(sampling_add(t, 0.5f));
+  const float n = std::floor(sampling_fma(x, 1.44269504f, 0.5f));
 #endif
-  const float g = sampling_mul(sampling_sub(t, n), 0.693147182f);  // ln(2)
+  float r = sampling_fma(-n, 0.693145752f, x);  // ln2's leading bits: n·hi is exact
+  r = sampling_fma(-n, 1.42860677e-06f, r);     // ln2 - hi
   float poly = 1.0f / 5040.0f;
-  poly = sampling_fma(poly, g, 1.0f / 720.0f);
-  poly = sampling_fma(poly, g, 1.0f / 120.0f);
-  poly = sampling_fma(poly, g, 1.0f / 24.0f);
-  poly = sampling_fma(poly, g, 1.0f / 6.0f);
-  poly = sampling_fma(poly, g, 0.5f);
-  poly = sampling_fma(poly, g, 1.0f);
-  poly = sampling_fma(poly, g, 1.0f);
+  poly = sampling_fma(poly, r, 1.0f / 720.0f);
+  poly = sampling_fma(poly, r, 1.0f / 120.0f);
+  poly = sampling_fma(poly, r, 1.0f / 24.0f);
+  poly = sampling_fma(poly, r, 1.0f / 6.0f);
+  poly = sampling_fma(poly, r, 0.5f);
+  poly = sampling_fma(poly, r, 1.0f);
+  poly = sampling_fma(poly, r, 1.0f);
   const uint32_t exponent = uint32_t(int(n) + 127) << 23;  // n in [-126, 0]: a normal 2^n
   return sampling_mul(poly, sampling_bits_float(exponent));
 }
