@@ -260,6 +260,7 @@ class GpuSampler {
 };
 
 bool close(float got, float want) {
+  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);  // all -inf
   if (std::isinf(want) || std::isinf(got)) return got == want;
   return std::fabs(double(got) - want) <= kLogprobTolerance;
 }
