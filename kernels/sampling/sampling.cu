@@ -21,6 +21,7 @@ namespace {
 constexpr int kWarps = kSamplingThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr uint32_t kSeenBit = 0x80000000u;
+constexpr int kUnroll = 8;  // elements per thread per round of a pass: loads in flight
 static_assert(kWarps == 32, "the block scan's second level is one warp over all warps");
 
 using u64 = unsigned long long;
@@ -95,6 +96,24 @@ __device__ u64 block_exclusive_scan(u64 v, u64& total, SharedStorage& s) {
   return exclusive;
 }
 
+// A pass over the row with kUnroll loads in flight per thread: load(i) for all, then use(i, value).
+template <typename T, typename Load, typename Use>
+__device__ __forceinline__ void row_pass(int64_t vocab, Load load, Use use) {
+  for (int64_t base = 0; base < vocab; base += kSamplingThreads * kUnroll) {
+    T values[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kSamplingThreads + threadIdx.x;
+      if (i < vocab) values[u] = load(i);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kSamplingThreads + threadIdx.x;
+      if (i < vocab) use(i, values[u]);
+    }
+  }
+}
+
 // Running max and sum of e^(x - max) (online softmax), for the raw logits' log-normaliser.
 struct MaxSum {
   float max;
@@ -125,8 +144,8 @@ __device__ MaxSum block_reduce(MaxSum v, SharedStorage& s) {
 }
 
 // Among the candidates (key_of(i, key) returns true), the one whose key K has
-// W(keys > K) <= target < W(keys >= K), where W sums weight_of (kWeighted) or counts candidates.
-// The caller guarantees target < W(all candidates); keys are distinct.
+// W(keys > K) <= target < W(keys >= K), where W sums weight_of(key) (kWeighted) or counts
+// candidates. The caller guarantees target < W(all candidates); keys are distinct.
 template <bool kWeighted, typename KeyOf, typename WeightOf>
 __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf weight_of, u64 target,
                             SharedStorage& s) {
@@ -139,22 +158,48 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
       s.bin_weight[b] = 0;
     }
     __syncthreads();
-    for (int64_t base = 0; base < vocab; base += kSamplingThreads) {
-      const int64_t i = base + threadIdx.x;
-      int digit = -1;
-      u64 weight = 0;
-      u64 key = 0;
-      if (i < vocab && key_of(i, key) &&
-          (d == 0 || (key >> (shift + kSamplingRadixBits)) == prefix)) {
-        digit = int((key >> shift) & (kSamplingRadixBins - 1));
-        if constexpr (kWeighted) weight = weight_of(i);
+    for (int64_t base = 0; base < vocab; base += kSamplingThreads * kUnroll) {
+      u64 keys[kUnroll];
+      bool candidate[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {  // all loads first: many in flight per thread
+        const int64_t i = base + u * kSamplingThreads + threadIdx.x;
+        candidate[u] = i < vocab && key_of(i, keys[u]);
       }
-      // Neighbouring logits share their top digits: one atomic per distinct digit in the warp.
-      const unsigned peers = __match_any_sync(kFullMask, digit);
-      if (digit >= 0) {
-        if (lane == __ffs(peers) - 1) atomicAdd(&s.bin_count[digit], unsigned(__popc(peers)));
-        if constexpr (kWeighted)
-          if (weight != 0) atomicAdd(&s.bin_weight[digit], weight);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const u64 key = keys[u];
+        const bool in_bin =
+            candidate[u] && (d == 0 || (key >> (shift + kSamplingRadixBits)) == prefix);
+        const int digit = in_bin ? int((key >> shift) & (kSamplingRadixBins - 1)) : -1;
+        if (kWeighted && d == 0) {
+          // The first digit (sign and exponent) is shared by most of the row: sum each group of
+          // lanes with one digit in registers, then one pair of atomics per group.
+          unsigned pending = __ballot_sync(kFullMask, digit >= 0);
+          const u64 weight = digit >= 0 ? weight_of(key) : 0;
+          while (pending != 0) {
+            const int leader = __ffs(pending) - 1;
+            const int group_digit = __shfl_sync(kFullMask, digit, leader);
+            const bool mine = digit == group_digit;
+            const unsigned group = __ballot_sync(kFullMask, mine);
+            const u64 sum = warp_sum(mine ? weight : 0);
+            if (lane == leader) {
+              atomicAdd(&s.bin_count[group_digit], unsigned(__popc(group)));
+              atomicAdd(&s.bin_weight[group_digit], sum);
+            }
+            pending &= ~group;
+          }
+        } else {
+          // One count atomic per distinct digit in the warp.
+          const unsigned peers = __match_any_sync(kFullMask, digit);
+          if (digit >= 0) {
+            if (lane == __ffs(peers) - 1) atomicAdd(&s.bin_count[digit], unsigned(__popc(peers)));
+            if constexpr (kWeighted) {
+              const u64 weight = weight_of(key);
+              if (weight != 0) atomicAdd(&s.bin_weight[digit], weight);
+            }
+          }
+        }
       }
     }
     __syncthreads();
@@ -188,9 +233,17 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
     const unsigned count = s.select_count;
     __syncthreads();
     if (count == 1) {  // the only candidate with this prefix: find it and stop
-      for (int64_t i = threadIdx.x; i < vocab; i += kSamplingThreads) {
-        u64 key = 0;
-        if (key_of(i, key) && (key >> shift) == prefix) s.broadcast_u64[1] = key;
+      for (int64_t base = 0; base < vocab; base += kSamplingThreads * kUnroll) {
+        u64 keys[kUnroll];
+        bool candidate[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t i = base + u * kSamplingThreads + threadIdx.x;
+          candidate[u] = i < vocab && key_of(i, keys[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (candidate[u] && (keys[u] >> shift) == prefix) s.broadcast_u64[1] = keys[u];
       }
       __syncthreads();
       const u64 key = s.broadcast_u64[1];
@@ -222,10 +275,12 @@ __global__ void __launch_bounds__(kSamplingThreads)
   const bool penalise = p.context_tokens != nullptr && context_length > 0 &&
                         (rp.repetition_penalty != 1.0f || rp.presence_penalty != 0.0f ||
                          rp.frequency_penalty != 0.0f);
-  for (int64_t i = threadIdx.x; i < vocab; i += kSamplingThreads) {
-    g_work[i] = g_logits[i];
-    if (penalise) g_counts[i] = 0;
-  }
+  row_pass<float>(
+      vocab, [&](int64_t i) { return g_logits[i]; },
+      [&](int64_t i, float x) {
+        g_work[i] = x;
+        if (penalise) g_counts[i] = 0;
+      });
   if (penalise) {
     const int32_t* g_context = p.context_tokens + context_begin;  // [context_length]
     __syncthreads();
@@ -248,18 +303,16 @@ __global__ void __launch_bounds__(kSamplingThreads)
   // 2. The first maximum; greedy stops here.
   auto key_at = [&](int64_t i) -> u64 { return sampling_key(g_work[i], i, id_bits, vocab); };
   u64 best = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += kSamplingThreads) {
-    const u64 key = key_at(i);
-    best = key > best ? key : best;
-  }
+  row_pass<u64>(vocab, key_at, [&](int64_t, u64 key) { best = key > best ? key : best; });
   best = block_reduce<true>(best, s);
   int64_t chosen = sampling_key_id(best, id_bits, vocab);
   const float max_logit = g_work[chosen];
 
   if (rp.temperature != 0.0f && isfinite(max_logit)) {
     const float temperature = rp.temperature;
-    auto weight_at = [&](int64_t i) -> u64 {
-      return sampling_fixed_point(sampling_probability(g_work[i], max_logit, temperature));
+    auto weight_of = [&](u64 key) -> u64 {
+      return sampling_fixed_point(
+          sampling_probability(sampling_key_value(key), max_logit, temperature));
     };
     // 3. Top-k, then top-p: each moves the cut (tokens with key >= cut stay).
     u64 cut = 0;
@@ -270,13 +323,14 @@ __global__ void __launch_bounds__(kSamplingThreads)
             key = key_at(i);
             return true;
           },
-          weight_at, u64(rp.top_k - 1), s);
+          weight_of, u64(rp.top_k - 1), s);
     }
     if (rp.top_p < 1.0f) {
       const u64 cut_k = cut;
       u64 local = 0;
-      for (int64_t i = threadIdx.x; i < vocab; i += kSamplingThreads)
-        if (key_at(i) >= cut_k) local += weight_at(i);
+      row_pass<u64>(vocab, key_at, [&](int64_t, u64 key) {
+        if (key >= cut_k) local += weight_of(key);
+      });
       const u64 total = block_reduce<false>(local, s);
       const u64 need = sampling_top_p_need(rp.top_p, total);
       cut = radix_select<true>(
@@ -285,12 +339,13 @@ __global__ void __launch_bounds__(kSamplingThreads)
             key = key_at(i);
             return key >= cut_k;
           },
-          weight_at, need - 1, s);
+          weight_of, need - 1, s);
     }
     // 4. Min-p and the draw: the kept mass in id order, each thread a contiguous chunk of ids.
     auto kept_weight = [&](int64_t i) -> u64 {
-      if (key_at(i) < cut) return 0;
-      const float probability = sampling_probability(g_work[i], max_logit, temperature);
+      const float value = g_work[i];
+      if (sampling_key(value, i, id_bits, vocab) < cut) return 0;
+      const float probability = sampling_probability(value, max_logit, temperature);
       if (rp.min_p > 0.0f && !(probability >= rp.min_p)) return 0;
       return sampling_fixed_point(probability);
     };
@@ -298,6 +353,7 @@ __global__ void __launch_bounds__(kSamplingThreads)
     const int64_t chunk_begin = min(vocab, int64_t(threadIdx.x) * chunk);
     const int64_t chunk_end = min(vocab, chunk_begin + chunk);
     u64 local = 0;
+#pragma unroll 8
     for (int64_t i = chunk_begin; i < chunk_end; ++i) local += kept_weight(i);
     if (threadIdx.x == 0) s.chosen = chosen;  // (never kept: the first maximum always is)
     u64 total = 0;
@@ -321,15 +377,16 @@ __global__ void __launch_bounds__(kSamplingThreads)
   // 5. Log-probabilities of the raw logits.
   if (rp.num_logprobs < 0 || (p.out_logprob == nullptr && p.out_top_ids == nullptr)) return;
   MaxSum partial{-INFINITY, 0.0f};
-  for (int64_t i = threadIdx.x; i < vocab; i += kSamplingThreads) {
-    const float x = g_logits[i];
-    if (!(x > partial.max)) {
-      if (x > -INFINITY) partial.sum += expf(x - partial.max);
-    } else {
-      partial.sum = partial.sum * expf(partial.max - x) + 1.0f;
-      partial.max = x;
-    }
-  }
+  row_pass<float>(
+      vocab, [&](int64_t i) { return g_logits[i]; },
+      [&](int64_t, float x) {
+        if (!(x > partial.max)) {
+          if (x > -INFINITY) partial.sum += expf(x - partial.max);
+        } else {
+          partial.sum = partial.sum * expf(partial.max - x) + 1.0f;
+          partial.max = x;
+        }
+      });
   const MaxSum all = block_reduce(partial, s);
   const float log_total = all.max + logf(all.sum);
   if (threadIdx.x == 0 && p.out_logprob != nullptr)
@@ -344,14 +401,14 @@ __global__ void __launch_bounds__(kSamplingThreads)
       return true;
     };
     const u64 cut = radix_select<false>(
-        vocab, digits, raw_key, [](int64_t) { return u64(0); }, u64(top - 1), s);
+        vocab, digits, raw_key, [](u64) { return u64(0); }, u64(top - 1), s);
     if (threadIdx.x == 0) s.top_count = 0;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < vocab; i += kSamplingThreads) {
-      u64 key = 0;
-      raw_key(i, key);
-      if (key >= cut) s.top_keys[atomicAdd(&s.top_count, 1)] = key;
-    }
+    row_pass<u64>(
+        vocab, [&](int64_t i) { return sampling_key(g_logits[i], i, id_bits, vocab); },
+        [&](int64_t, u64 key) {
+          if (key >= cut) s.top_keys[atomicAdd(&s.top_count, 1)] = key;
+        });
     __syncthreads();
     if (threadIdx.x < top) {  // exactly `top` keys, distinct: a rank is a count of larger ones
       const u64 key = s.top_keys[threadIdx.x];

@@ -70,6 +70,9 @@ TEST(SamplingMath, KeysOrderByValueThenLowerIdAndRoundTrip) {
           EXPECT_EQ(ka > kb, a_first && !same)
               << values[a] << "@" << ia << " " << values[b] << "@" << ib;
           EXPECT_EQ(kernels::sampling_key_id(ka, bits, vocab), ia);
+          const float back = kernels::sampling_key_value(ka);
+          EXPECT_EQ(back, values[a]);
+          EXPECT_FALSE(std::signbit(back) && back == 0.0f) << "-0 becomes +0";
         }
   EXPECT_EQ(kernels::sampling_key_id(kernels::sampling_key(1.0f, 0, 0, 1), 0, 1), 0);
 }

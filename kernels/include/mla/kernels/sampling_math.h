@@ -124,6 +124,11 @@ MLA_HOST_DEVICE uint64_t sampling_key(float value, int64_t id, int id_bits, int6
   const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
   return (uint64_t(ordered) << 32) | (uint64_t(vocab - 1 - id) << (32 - id_bits));
 }
+// The (canonical) value a key was made from.
+MLA_HOST_DEVICE float sampling_key_value(uint64_t key) {
+  const uint32_t ordered = uint32_t(key >> 32);
+  return sampling_bits_float((ordered & 0x80000000u) ? (ordered & 0x7fffffffu) : ~ordered);
+}
 MLA_HOST_DEVICE int64_t sampling_key_id(uint64_t key, int id_bits, int64_t vocab) {
   return vocab - 1 - int64_t((key & 0xffffffffull) >> (32 - id_bits));
 }
