@@ -21,7 +21,8 @@ namespace {
 constexpr int kWarps = kSamplingThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr uint32_t kSeenBit = 0x80000000u;
-constexpr int kUnroll = 8;  // elements per thread per round of a pass: loads in flight
+constexpr int kUnroll = 4;         // elements per thread per round of a pass: loads in flight
+constexpr int kGroupedDigits = 4;  // radix digits per warp summed in registers before atomics
 static_assert(kWarps == 32, "the block scan's second level is one warp over all warps");
 
 using u64 = unsigned long long;
@@ -172,33 +173,28 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
         const bool in_bin =
             candidate[u] && (d == 0 || (key >> (shift + kSamplingRadixBits)) == prefix);
         const int digit = in_bin ? int((key >> shift) & (kSamplingRadixBins - 1)) : -1;
-        if (kWeighted && d == 0) {
-          // The first digit (sign and exponent) is shared by most of the row: sum each group of
-          // lanes with one digit in registers, then one pair of atomics per group.
-          unsigned pending = __ballot_sync(kFullMask, digit >= 0);
-          const u64 weight = digit >= 0 ? weight_of(key) : 0;
-          while (pending != 0) {
-            const int leader = __ffs(pending) - 1;
-            const int group_digit = __shfl_sync(kFullMask, digit, leader);
-            const bool mine = digit == group_digit;
-            const unsigned group = __ballot_sync(kFullMask, mine);
-            const u64 sum = warp_sum(mine ? weight : 0);
-            if (lane == leader) {
-              atomicAdd(&s.bin_count[group_digit], unsigned(__popc(group)));
-              atomicAdd(&s.bin_weight[group_digit], sum);
-            }
-            pending &= ~group;
+        // Rows share their top digits (sign and exponent) and may hold many exact ties, so one
+        // digit can be in most lanes: the first few digits of the warp are summed in registers
+        // (one atomic per digit), the rest (many distinct digits: few conflicts) add directly.
+        const u64 weight = kWeighted && digit >= 0 ? weight_of(key) : 0;
+        unsigned pending = __ballot_sync(kFullMask, digit >= 0);
+        for (int round = 0; round < kGroupedDigits && pending != 0; ++round) {
+          const int leader = __ffs(pending) - 1;
+          const int group_digit = __shfl_sync(kFullMask, digit, leader);
+          const bool mine = digit == group_digit;
+          const unsigned group = __ballot_sync(kFullMask, mine);
+          u64 sum = 0;
+          if constexpr (kWeighted) sum = warp_sum(mine ? weight : 0);
+          if (lane == leader) {
+            atomicAdd(&s.bin_count[group_digit], unsigned(__popc(group)));
+            if constexpr (kWeighted) atomicAdd(&s.bin_weight[group_digit], sum);
           }
-        } else {
-          // One count atomic per distinct digit in the warp.
-          const unsigned peers = __match_any_sync(kFullMask, digit);
-          if (digit >= 0) {
-            if (lane == __ffs(peers) - 1) atomicAdd(&s.bin_count[digit], unsigned(__popc(peers)));
-            if constexpr (kWeighted) {
-              const u64 weight = weight_of(key);
-              if (weight != 0) atomicAdd(&s.bin_weight[digit], weight);
-            }
-          }
+          pending &= ~group;
+        }
+        if (pending & (1u << lane)) {
+          atomicAdd(&s.bin_count[digit], 1u);
+          if constexpr (kWeighted)
+            if (weight != 0) atomicAdd(&s.bin_weight[digit], weight);
         }
       }
     }

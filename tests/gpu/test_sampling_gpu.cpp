@@ -457,29 +457,32 @@ TEST(SamplingGpuDistribution, TwentyThousandDrawsFollowTheTwinsDistribution) {
 TEST(SamplingGpuTiming, ReportsMicrosecondsPerLaunch) {
   MLA_REQUIRE_SM90_GPU();
   for (const Shape shape : {Shape{1, 129280}, Shape{64, 129280}, Shape{256, 129280}}) {
-    for (const char* which : {"greedy", "T=1", "combined", "top_p=0.9"}) {
-      SamplingRowParams p;
-      for (const auto& [name, q] : configs(shape.vocab))
-        if (name == which) p = q;
-      p.num_logprobs = 5;
-      const Problem pr = make_problem(shape.rows, shape.vocab, 3, {p});
-      GpuSampler gpu(pr);
-      const kernels::SamplingParams params = gpu.params();
-      for (int i = 0; i < 3; ++i) kernels::launch_sampling(params, nullptr);
-      cudaEvent_t start, stop;
-      MLA_CUDA_CHECK(cudaEventCreate(&start));
-      MLA_CUDA_CHECK(cudaEventCreate(&stop));
-      constexpr int kRuns = 20;
-      MLA_CUDA_CHECK(cudaEventRecord(start));
-      for (int i = 0; i < kRuns; ++i) kernels::launch_sampling(params, nullptr);
-      MLA_CUDA_CHECK(cudaEventRecord(stop));
-      MLA_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      std::printf("sampling rows %lld vocab %lld %-10s logprobs 5: %8.1f us\n",
-                  (long long)shape.rows, (long long)shape.vocab, which, 1000.0 * ms / kRuns);
-      MLA_CUDA_CHECK(cudaEventDestroy(start));
-      MLA_CUDA_CHECK(cudaEventDestroy(stop));
+    for (const char* which : {"greedy", "T=1", "top_k=50", "combined", "top_p=0.9"}) {
+      for (const int logprobs : {-1, 5}) {
+        SamplingRowParams p;
+        for (const auto& [name, q] : configs(shape.vocab))
+          if (name == which) p = q;
+        p.num_logprobs = logprobs;
+        const Problem pr = make_problem(shape.rows, shape.vocab, 3, {p});
+        GpuSampler gpu(pr);
+        const kernels::SamplingParams params = gpu.params();
+        for (int i = 0; i < 3; ++i) kernels::launch_sampling(params, nullptr);
+        cudaEvent_t start, stop;
+        MLA_CUDA_CHECK(cudaEventCreate(&start));
+        MLA_CUDA_CHECK(cudaEventCreate(&stop));
+        constexpr int kRuns = 20;
+        MLA_CUDA_CHECK(cudaEventRecord(start));
+        for (int i = 0; i < kRuns; ++i) kernels::launch_sampling(params, nullptr);
+        MLA_CUDA_CHECK(cudaEventRecord(stop));
+        MLA_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        std::printf("sampling rows %lld vocab %lld %-10s logprobs %2d: %8.1f us\n",
+                    (long long)shape.rows, (long long)shape.vocab, which, logprobs,
+                    1000.0 * ms / kRuns);
+        MLA_CUDA_CHECK(cudaEventDestroy(start));
+        MLA_CUDA_CHECK(cudaEventDestroy(stop));
+      }
     }
   }
 }
