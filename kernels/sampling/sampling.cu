@@ -38,6 +38,7 @@ struct SharedStorage {
   unsigned int select_count;
   long long chosen;
   int top_count;
+  unsigned int list_length;
   u64 top_keys[kSamplingMaxLogprobs];
 };
 
@@ -146,12 +147,22 @@ __device__ MaxSum block_reduce(MaxSum v, SharedStorage& s) {
 
 // Among the candidates (key_of(i, key) returns true), the one whose key K has
 // W(keys > K) <= target < W(keys >= K), where W sums weight_of(key) (kWeighted) or counts
-// candidates. The caller guarantees target < W(all candidates); keys are distinct.
+// candidates. The caller guarantees target < W(all candidates); keys are distinct. The first pass
+// reads the whole row; the ids in its chosen bin are then listed in g_list ([vocab] uint32,
+// scratch) in any order, and the later passes read only those.
 template <bool kWeighted, typename KeyOf, typename WeightOf>
 __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf weight_of, u64 target,
-                            SharedStorage& s) {
+                            uint32_t* g_list, SharedStorage& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  u64 prefix = 0;  // the digits chosen so far
+  u64 prefix = 0;          // the digits chosen so far
+  int64_t length = vocab;  // ids to read: 0..vocab-1, then g_list[0..length)
+  bool listed = false;
+  // Loads the n-th id to read and its key (kUnroll of them are issued before any is used).
+  auto load = [&](int64_t n, int64_t& id, u64& key) {
+    if (n >= length) return false;
+    id = listed ? int64_t(g_list[n]) : n;
+    return key_of(id, key);
+  };
   for (int d = 0; d < digits; ++d) {
     const int shift = 64 - kSamplingRadixBits * (d + 1);
     for (int b = threadIdx.x; b < kSamplingRadixBins; b += kSamplingThreads) {
@@ -159,14 +170,13 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
       s.bin_weight[b] = 0;
     }
     __syncthreads();
-    for (int64_t base = 0; base < vocab; base += kSamplingThreads * kUnroll) {
+    for (int64_t base = 0; base < length; base += kSamplingThreads * kUnroll) {
+      int64_t ids[kUnroll];
       u64 keys[kUnroll];
       bool candidate[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {  // all loads first: many in flight per thread
-        const int64_t i = base + u * kSamplingThreads + threadIdx.x;
-        candidate[u] = i < vocab && key_of(i, keys[u]);
-      }
+      for (int u = 0; u < kUnroll; ++u)
+        candidate[u] = load(base + u * kSamplingThreads + threadIdx.x, ids[u], keys[u]);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const u64 key = keys[u];
@@ -222,32 +232,51 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
           before += bin_total(b);
         }
       }
+      if (lane == 0) s.list_length = 0;
     }
     __syncthreads();
     prefix = (prefix << kSamplingRadixBits) | u64(s.select_digit);
     target = s.broadcast_u64[1];
     const unsigned count = s.select_count;
     __syncthreads();
-    if (count == 1) {  // the only candidate with this prefix: find it and stop
-      for (int64_t base = 0; base < vocab; base += kSamplingThreads * kUnroll) {
-        u64 keys[kUnroll];
-        bool candidate[kUnroll];
+    const bool last = count == 1 || d + 1 == digits;
+    if (!last && listed) continue;
+    // After the first pass: list the ids in the chosen bin. When one key is left: find it.
+    for (int64_t base = 0; base < length; base += kSamplingThreads * kUnroll) {
+      int64_t ids[kUnroll];
+      u64 keys[kUnroll];
+      bool candidate[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = base + u * kSamplingThreads + threadIdx.x;
-          candidate[u] = i < vocab && key_of(i, keys[u]);
+      for (int u = 0; u < kUnroll; ++u)
+        candidate[u] = load(base + u * kSamplingThreads + threadIdx.x, ids[u], keys[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const bool match = candidate[u] && (keys[u] >> shift) == prefix;
+        if (last) {
+          if (match) s.broadcast_u64[1] = keys[u];
+          continue;
         }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (candidate[u] && (keys[u] >> shift) == prefix) s.broadcast_u64[1] = keys[u];
+        const unsigned matches = __ballot_sync(kFullMask, match);
+        if (matches == 0) continue;
+        const int leader = __ffs(matches) - 1;
+        unsigned first = 0;
+        if (lane == leader) first = atomicAdd(&s.list_length, unsigned(__popc(matches)));
+        first = __shfl_sync(kFullMask, first, leader);
+        if (match) g_list[first + __popc(matches & ((1u << lane) - 1))] = uint32_t(ids[u]);
       }
-      __syncthreads();
-      const u64 key = s.broadcast_u64[1];
+    }
+    __syncthreads();
+    if (last) {
+      const u64 key =
+          count == 1 ? s.broadcast_u64[1] : prefix << (64 - kSamplingRadixBits * digits);
       __syncthreads();
       return key;
     }
+    length = s.list_length;
+    listed = true;
+    __syncthreads();
   }
-  return prefix << (64 - kSamplingRadixBits * digits);
+  return 0;  // not reached: the last digit returns
 }
 
 __global__ void __launch_bounds__(kSamplingThreads)
@@ -319,7 +348,7 @@ __global__ void __launch_bounds__(kSamplingThreads)
             key = key_at(i);
             return true;
           },
-          weight_of, u64(rp.top_k - 1), s);
+          weight_of, u64(rp.top_k - 1), g_counts, s);
     }
     if (rp.top_p < 1.0f) {
       const u64 cut_k = cut;
@@ -335,7 +364,7 @@ __global__ void __launch_bounds__(kSamplingThreads)
             key = key_at(i);
             return key >= cut_k;
           },
-          weight_of, need - 1, s);
+          weight_of, need - 1, g_counts, s);
     }
     // 4. Min-p and the draw: the kept mass in id order, each thread a contiguous chunk of ids.
     auto kept_weight = [&](int64_t i) -> u64 {
@@ -397,7 +426,7 @@ __global__ void __launch_bounds__(kSamplingThreads)
       return true;
     };
     const u64 cut = radix_select<false>(
-        vocab, digits, raw_key, [](u64) { return u64(0); }, u64(top - 1), s);
+        vocab, digits, raw_key, [](u64) { return u64(0); }, u64(top - 1), g_counts, s);
     if (threadIdx.x == 0) s.top_count = 0;
     __syncthreads();
     row_pass<u64>(
