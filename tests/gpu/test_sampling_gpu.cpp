@@ -462,8 +462,8 @@ TEST(SamplingGpuTiming, ReportsMicrosecondsPerLaunch) {
         SamplingRowParams p;
         for (const auto& [name, q] : configs(shape.vocab))
           if (name == which) p = q;
-        p.num_logprobs = logprobs;
-        const Problem pr = make_problem(shape.rows, shape.vocab, 3, {p});
+        Problem pr = make_problem(shape.rows, shape.vocab, 3, {p});
+        for (SamplingRowParams& row : pr.params) row.num_logprobs = logprobs;
         GpuSampler gpu(pr);
         const kernels::SamplingParams params = gpu.params();
         // Timed as a CUDA graph of kRuns launches (host launch latency excluded), after replays
