@@ -23,7 +23,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr uint32_t kSeenBit = 0x80000000u;
 constexpr int kUnroll = 4;         // elements per thread per round of a pass: loads in flight
 constexpr int kGroupedDigits = 4;  // radix digits per warp summed in registers before atomics
-static_assert(kWarps == 32, "the block scan's second level is one warp over all warps");
+static_assert(kWarps <= 32, "the block scan's second level is one warp over all warps");
 
 using u64 = unsigned long long;
 
@@ -61,7 +61,7 @@ __device__ u64 block_reduce(u64 v, SharedStorage& s) {
   if (lane == 0) s.warp_u64[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    u64 x = s.warp_u64[lane];
+    u64 x = lane < kWarps ? s.warp_u64[lane] : 0;
     x = kMax ? warp_max(x) : warp_sum(x);
     if (lane == 0) s.broadcast_u64[0] = x;
   }
@@ -82,13 +82,13 @@ __device__ u64 block_exclusive_scan(u64 v, u64& total, SharedStorage& s) {
   if (lane == 31) s.warp_u64[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
-    const u64 x = s.warp_u64[lane];
+    const u64 x = lane < kWarps ? s.warp_u64[lane] : 0;
     u64 warp_inclusive = x;
     for (int offset = 1; offset < 32; offset <<= 1) {
       const u64 up = __shfl_up_sync(kFullMask, warp_inclusive, offset);
       if (lane >= offset) warp_inclusive += up;
     }
-    s.warp_u64[lane] = warp_inclusive - x;
+    if (lane < kWarps) s.warp_u64[lane] = warp_inclusive - x;
     if (lane == 31) s.broadcast_u64[0] = warp_inclusive;
   }
   __syncthreads();
@@ -137,7 +137,7 @@ __device__ MaxSum block_reduce(MaxSum v, SharedStorage& s) {
     s.warp_sum[warp] = v.sum;
   }
   __syncthreads();
-  MaxSum x{s.warp_max[lane], s.warp_sum[lane]};
+  MaxSum x = lane < kWarps ? MaxSum{s.warp_max[lane], s.warp_sum[lane]} : MaxSum{-INFINITY, 0.0f};
   for (int offset = 16; offset > 0; offset >>= 1)
     x = combine(
         x, {__shfl_xor_sync(kFullMask, x.max, offset), __shfl_xor_sync(kFullMask, x.sum, offset)});
