@@ -12,8 +12,8 @@
 
 namespace mla::kernels {
 
-constexpr int kSamplingThreads = 512;  // one CTA per row
-constexpr int kSamplingRadixBits = 8;  // digits of the radix select
+constexpr int kSamplingThreads = 1024;  // one CTA per row
+constexpr int kSamplingRadixBits = 8;   // digits of the radix select
 constexpr int kSamplingRadixBins = 1 << kSamplingRadixBits;
 constexpr int64_t kSamplingMaxVocab = int64_t(1) << 23;  // fixed-point sums fit in uint64
 constexpr size_t kSamplingWorkspaceAlignment = 256;
