@@ -101,20 +101,47 @@ __device__ u64 block_exclusive_scan(u64 v, u64& total, SharedStorage& s) {
   return exclusive;
 }
 
-// A pass over the row with kUnroll loads in flight per thread: load(i) for all, then use(i, value).
-template <typename T, typename Load, typename Use>
-__device__ __forceinline__ void row_pass(int64_t vocab, Load load, Use use) {
-  for (int64_t base = 0; base < vocab; base += kSamplingThreads * kUnroll) {
-    T values[kUnroll];
+// One pass over values[0, vocab): use(i, value, valid) is called warp-uniformly (valid false for
+// the lanes past the end), so it may hold warp collectives. A single CTA reads the row, so the pass
+// is bound by loads in flight: each thread keeps kUnroll float4 (16-byte aligned rows) or
+// 4·kUnroll scalars (other rows) in flight per round.
+template <typename Use>
+__device__ __forceinline__ void row_pass(const float* values, int64_t vocab, Use use) {
+  constexpr int kScalars = 4 * kUnroll;
+  int64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(values) & 15) == 0) {
+    const float4* values4 = reinterpret_cast<const float4*>(values);
+    const int64_t vectors = vocab / 4;
+    for (int64_t base = 0; base < vectors; base += kSamplingThreads * kUnroll) {
+      float4 x[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = base + u * kSamplingThreads + threadIdx.x;
+        x[u] = j < vectors ? values4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = base + u * kSamplingThreads + threadIdx.x;
+        const bool valid = j < vectors;
+        use(4 * j, x[u].x, valid);
+        use(4 * j + 1, x[u].y, valid);
+        use(4 * j + 2, x[u].z, valid);
+        use(4 * j + 3, x[u].w, valid);
+      }
+    }
+    done = 4 * vectors;
+  }
+  for (int64_t base = done; base < vocab; base += kSamplingThreads * kScalars) {
+    float x[kScalars];
+#pragma unroll
+    for (int u = 0; u < kScalars; ++u) {
       const int64_t i = base + u * kSamplingThreads + threadIdx.x;
-      if (i < vocab) values[u] = load(i);
+      x[u] = i < vocab ? values[i] : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kScalars; ++u) {
       const int64_t i = base + u * kSamplingThreads + threadIdx.x;
-      if (i < vocab) use(i, values[u]);
+      use(i, x[u], i < vocab);
     }
   }
 }
@@ -148,23 +175,44 @@ __device__ MaxSum block_reduce(MaxSum v, SharedStorage& s) {
   return x;  // every warp reduced the same 32 partials in the same order
 }
 
-// Among the candidates (key_of(i, key) returns true), the one whose key K has
-// W(keys > K) <= target < W(keys >= K), where W sums weight_of(key) (kWeighted) or counts
-// candidates. The caller guarantees target < W(all candidates); keys are distinct. The first pass
-// reads the whole row; the ids in its chosen bin are then listed in g_list ([vocab] uint32,
-// scratch) in any order, and the later passes read only those.
-template <bool kWeighted, typename KeyOf, typename WeightOf>
-__device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf weight_of, u64 target,
+// Among the candidates (ids whose key = sampling_key(values[id], id) has is_candidate(key)), the
+// one whose key K has W(keys > K) <= target < W(keys >= K), where W sums weight_of(key)
+// (kWeighted) or counts candidates. The caller guarantees target < W(all candidates); keys are
+// distinct. The first pass reads the whole row; the ids in its chosen bin are then listed in
+// g_list ([vocab] uint32, scratch) in any order, and the later passes read only those.
+template <bool kWeighted, typename IsCandidate, typename WeightOf>
+__device__ u64 radix_select(const float* values, int64_t vocab, int id_bits, int digits,
+                            IsCandidate is_candidate, WeightOf weight_of, u64 target,
                             uint32_t* g_list, SharedStorage& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   u64 prefix = 0;          // the digits chosen so far
   int64_t length = vocab;  // ids to read: 0..vocab-1, then g_list[0..length)
   bool listed = false;
-  // Loads the n-th id to read and its key (kUnroll of them are issued before any is used).
-  auto load = [&](int64_t n, int64_t& id, u64& key) {
-    if (n >= length) return false;
-    id = listed ? int64_t(g_list[n]) : n;
-    return key_of(id, key);
+  // Calls visit(id, key, candidate) warp-uniformly for every id to read.
+  auto for_each = [&](auto visit) {
+    if (!listed) {
+      row_pass(values, vocab, [&](int64_t i, float value, bool valid) {
+        const u64 key = sampling_key(value, i, id_bits, vocab);
+        visit(i, key, valid && is_candidate(key));
+      });
+      return;
+    }
+    for (int64_t base = 0; base < length; base += kSamplingThreads * kUnroll) {
+      int64_t ids[kUnroll];
+      float x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t n = base + u * kSamplingThreads + threadIdx.x;
+        ids[u] = n < length ? int64_t(g_list[n]) : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) x[u] = ids[u] >= 0 ? values[ids[u]] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const u64 key = ids[u] >= 0 ? sampling_key(x[u], ids[u], id_bits, vocab) : 0;
+        visit(ids[u], key, ids[u] >= 0 && is_candidate(key));
+      }
+    }
   };
   for (int d = 0; d < digits; ++d) {
     const int shift = 64 - kSamplingRadixBits * (d + 1);
@@ -173,45 +221,34 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
       s.bin_weight[b] = 0;
     }
     __syncthreads();
-    for (int64_t base = 0; base < length; base += kSamplingThreads * kUnroll) {
-      int64_t ids[kUnroll];
-      u64 keys[kUnroll];
-      bool candidate[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        candidate[u] = load(base + u * kSamplingThreads + threadIdx.x, ids[u], keys[u]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const u64 key = keys[u];
-        const bool in_bin =
-            candidate[u] && (d == 0 || (key >> (shift + kSamplingRadixBits)) == prefix);
-        const int digit = in_bin ? int((key >> shift) & (kSamplingRadixBins - 1)) : -1;
-        // Rows share their top digits (sign and exponent) and may hold many exact ties, so one
-        // digit can be in most lanes: the first few digits of the warp are summed in registers
-        // (one atomic per digit), the rest (many distinct digits: few conflicts) add directly.
-        const u64 weight = kWeighted && digit >= 0 ? weight_of(key) : 0;
-        unsigned pending = __ballot_sync(kFullMask, digit >= 0);
-        constexpr int kRounds = kWeighted ? kGroupedDigitsWeighted : kGroupedDigitsCounts;
-        for (int round = 0; round < kRounds && pending != 0; ++round) {
-          const int leader = __ffs(pending) - 1;
-          const int group_digit = __shfl_sync(kFullMask, digit, leader);
-          const bool mine = digit == group_digit;
-          const unsigned group = __ballot_sync(kFullMask, mine);
-          u64 sum = 0;
-          if constexpr (kWeighted) sum = warp_sum(mine ? weight : 0);
-          if (lane == leader) {
-            atomicAdd(&s.bin_count[group_digit], unsigned(__popc(group)));
-            if constexpr (kWeighted) atomicAdd(&s.bin_weight[group_digit], sum);
-          }
-          pending &= ~group;
+    for_each([&](int64_t, u64 key, bool candidate) {
+      const bool in_bin = candidate && (d == 0 || (key >> (shift + kSamplingRadixBits)) == prefix);
+      const int digit = in_bin ? int((key >> shift) & (kSamplingRadixBins - 1)) : -1;
+      // Rows share their top digits (sign and exponent) and may hold many exact ties, so one
+      // digit can be in most lanes: the first few digits of the warp are summed in registers
+      // (one atomic per digit), the rest (many distinct digits: few conflicts) add directly.
+      const u64 weight = kWeighted && digit >= 0 ? weight_of(key) : 0;
+      unsigned pending = __ballot_sync(kFullMask, digit >= 0);
+      constexpr int kRounds = kWeighted ? kGroupedDigitsWeighted : kGroupedDigitsCounts;
+      for (int round = 0; round < kRounds && pending != 0; ++round) {
+        const int leader = __ffs(pending) - 1;
+        const int group_digit = __shfl_sync(kFullMask, digit, leader);
+        const bool mine = digit == group_digit;
+        const unsigned group = __ballot_sync(kFullMask, mine);
+        u64 sum = 0;
+        if constexpr (kWeighted) sum = warp_sum(mine ? weight : 0);
+        if (lane == leader) {
+          atomicAdd(&s.bin_count[group_digit], unsigned(__popc(group)));
+          if constexpr (kWeighted) atomicAdd(&s.bin_weight[group_digit], sum);
         }
-        if (pending & (1u << lane)) {
-          atomicAdd(&s.bin_count[digit], 1u);
-          if constexpr (kWeighted)
-            if (weight != 0) atomicAdd(&s.bin_weight[digit], weight);
-        }
+        pending &= ~group;
       }
-    }
+      if (pending & (1u << lane)) {
+        atomicAdd(&s.bin_count[digit], 1u);
+        if constexpr (kWeighted)
+          if (weight != 0) atomicAdd(&s.bin_weight[digit], weight);
+      }
+    });
     __syncthreads();
     if (warp == 0) {
       // Lane l scans bins 255 - 8l down to 248 - 8l: larger keys first.
@@ -246,29 +283,20 @@ __device__ u64 radix_select(int64_t vocab, int digits, KeyOf key_of, WeightOf we
     const bool last = count == 1 || d + 1 == digits;
     if (!last && listed) continue;
     // After the first pass: list the ids in the chosen bin. When one key is left: find it.
-    for (int64_t base = 0; base < length; base += kSamplingThreads * kUnroll) {
-      int64_t ids[kUnroll];
-      u64 keys[kUnroll];
-      bool candidate[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        candidate[u] = load(base + u * kSamplingThreads + threadIdx.x, ids[u], keys[u]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const bool match = candidate[u] && (keys[u] >> shift) == prefix;
-        if (last) {
-          if (match) s.broadcast_u64[1] = keys[u];
-          continue;
-        }
-        const unsigned matches = __ballot_sync(kFullMask, match);
-        if (matches == 0) continue;
-        const int leader = __ffs(matches) - 1;
-        unsigned first = 0;
-        if (lane == leader) first = atomicAdd(&s.list_length, unsigned(__popc(matches)));
-        first = __shfl_sync(kFullMask, first, leader);
-        if (match) g_list[first + __popc(matches & ((1u << lane) - 1))] = uint32_t(ids[u]);
+    for_each([&](int64_t id, u64 key, bool candidate) {
+      const bool match = candidate && (key >> shift) == prefix;
+      if (last) {
+        if (match) s.broadcast_u64[1] = key;
+        return;
       }
-    }
+      const unsigned matches = __ballot_sync(kFullMask, match);
+      if (matches == 0) return;
+      const int leader = __ffs(matches) - 1;
+      unsigned first = 0;
+      if (lane == leader) first = atomicAdd(&s.list_length, unsigned(__popc(matches)));
+      first = __shfl_sync(kFullMask, first, leader);
+      if (match) g_list[first + __popc(matches & ((1u << lane) - 1))] = uint32_t(id);
+    });
     __syncthreads();
     if (last) {
       const u64 key =
@@ -304,12 +332,11 @@ __global__ void __launch_bounds__(kSamplingThreads)
   const bool penalise = p.context_tokens != nullptr && context_length > 0 &&
                         (rp.repetition_penalty != 1.0f || rp.presence_penalty != 0.0f ||
                          rp.frequency_penalty != 0.0f);
-  row_pass<float>(
-      vocab, [&](int64_t i) { return g_logits[i]; },
-      [&](int64_t i, float x) {
-        g_work[i] = x;
-        if (penalise) g_counts[i] = 0;
-      });
+  row_pass(g_logits, vocab, [&](int64_t i, float x, bool valid) {
+    if (!valid) return;
+    g_work[i] = x;
+    if (penalise) g_counts[i] = 0;
+  });
   if (penalise) {
     const int32_t* g_context = p.context_tokens + context_begin;  // [context_length]
     __syncthreads();
@@ -330,9 +357,11 @@ __global__ void __launch_bounds__(kSamplingThreads)
   __syncthreads();
 
   // 2. The first maximum; greedy stops here.
-  auto key_at = [&](int64_t i) -> u64 { return sampling_key(g_work[i], i, id_bits, vocab); };
   u64 best = 0;
-  row_pass<u64>(vocab, key_at, [&](int64_t, u64 key) { best = key > best ? key : best; });
+  row_pass(g_work, vocab, [&](int64_t i, float x, bool valid) {
+    const u64 key = sampling_key(x, i, id_bits, vocab);
+    if (valid && key > best) best = key;
+  });
   best = block_reduce<true>(best, s);
   int64_t chosen = sampling_key_id(best, id_bits, vocab);
   const float max_logit = g_work[chosen];
@@ -347,56 +376,63 @@ __global__ void __launch_bounds__(kSamplingThreads)
     u64 cut = 0;
     if (rp.top_k > 0 && rp.top_k < vocab) {
       cut = radix_select<false>(
-          vocab, digits,
-          [&](int64_t i, u64& key) {
-            key = key_at(i);
-            return true;
-          },
-          weight_of, u64(rp.top_k - 1), g_counts, s);
+          g_work, vocab, id_bits, digits, [](u64) { return true; }, weight_of, u64(rp.top_k - 1),
+          g_counts, s);
     }
     if (rp.top_p < 1.0f) {
       const u64 cut_k = cut;
       u64 local = 0;
-      row_pass<u64>(vocab, key_at, [&](int64_t, u64 key) {
-        if (key >= cut_k) local += weight_of(key);
+      row_pass(g_work, vocab, [&](int64_t i, float x, bool valid) {
+        const u64 key = sampling_key(x, i, id_bits, vocab);
+        if (valid && key >= cut_k) local += weight_of(key);
       });
       const u64 total = block_reduce<false>(local, s);
       const u64 need = sampling_top_p_need(rp.top_p, total);
       cut = radix_select<true>(
-          vocab, digits,
-          [&](int64_t i, u64& key) {
-            key = key_at(i);
-            return key >= cut_k;
-          },
-          weight_of, need - 1, g_counts, s);
+          g_work, vocab, id_bits, digits, [&](u64 key) { return key >= cut_k; }, weight_of,
+          need - 1, g_counts, s);
     }
     // 4. Min-p and the draw: the kept mass in id order, each thread a contiguous chunk of ids.
-    auto kept_weight = [&](int64_t i) -> u64 {
-      const float value = g_work[i];
+    auto kept_weight = [&](int64_t i, float value) -> u64 {
       if (sampling_key(value, i, id_bits, vocab) < cut) return 0;
       const float probability = sampling_probability(value, max_logit, temperature);
       if (rp.min_p > 0.0f && !(probability >= rp.min_p)) return 0;
       return sampling_fixed_point(probability);
     };
-    const int64_t chunk = (vocab + kSamplingThreads - 1) / kSamplingThreads;
+    // Chunks of a multiple of 4 ids: g_work is 256-byte aligned, so each chunk reads float4s.
+    const int64_t chunk = (vocab + 4 * kSamplingThreads - 1) / (4 * kSamplingThreads) * 4;
     const int64_t chunk_begin = min(vocab, int64_t(threadIdx.x) * chunk);
     const int64_t chunk_end = min(vocab, chunk_begin + chunk);
+    auto chunk_pass = [&](auto use) {  // use(i, kept weight) in id order; false stops
+      int64_t i = chunk_begin;
+      for (; i + 4 <= chunk_end; i += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(g_work + i);
+        if (!use(i, kept_weight(i, x.x)) || !use(i + 1, kept_weight(i + 1, x.y)) ||
+            !use(i + 2, kept_weight(i + 2, x.z)) || !use(i + 3, kept_weight(i + 3, x.w)))
+          return;
+      }
+      for (; i < chunk_end; ++i)
+        if (!use(i, kept_weight(i, g_work[i]))) return;
+    };
     u64 local = 0;
-#pragma unroll 8
-    for (int64_t i = chunk_begin; i < chunk_end; ++i) local += kept_weight(i);
+    chunk_pass([&](int64_t, u64 weight) {
+      local += weight;
+      return true;
+    });
     if (threadIdx.x == 0) s.chosen = chosen;  // (never kept: the first maximum always is)
     u64 total = 0;
     const u64 before = block_exclusive_scan(local, total, s);
     const u64 r = sampling_scale_random(sampling_uniform64(rp.seed, rp.step), total);
     if (before <= r && r < before + local) {
       u64 mass = before;
-      for (int64_t i = chunk_begin; i < chunk_end; ++i) {
-        mass += kept_weight(i);
+      chunk_pass([&](int64_t i, u64 weight) {
+        mass += weight;
         if (r < mass) {
           s.chosen = i;
-          break;
+          return false;
         }
-      }
+        return true;
+      });
     }
     __syncthreads();
     chosen = s.chosen;
@@ -406,16 +442,15 @@ __global__ void __launch_bounds__(kSamplingThreads)
   // 5. Log-probabilities of the raw logits.
   if (rp.num_logprobs < 0 || (p.out_logprob == nullptr && p.out_top_ids == nullptr)) return;
   MaxSum partial{-INFINITY, 0.0f};
-  row_pass<float>(
-      vocab, [&](int64_t i) { return g_logits[i]; },
-      [&](int64_t, float x) {
-        if (!(x > partial.max)) {
-          if (x > -INFINITY) partial.sum += expf(x - partial.max);
-        } else {
-          partial.sum = partial.sum * expf(partial.max - x) + 1.0f;
-          partial.max = x;
-        }
-      });
+  row_pass(g_logits, vocab, [&](int64_t, float x, bool valid) {
+    if (!valid) return;
+    if (!(x > partial.max)) {
+      if (x > -INFINITY) partial.sum += expf(x - partial.max);
+    } else {
+      partial.sum = partial.sum * expf(partial.max - x) + 1.0f;
+      partial.max = x;
+    }
+  });
   const MaxSum all = block_reduce(partial, s);
   const float log_total = all.max + logf(all.sum);
   if (threadIdx.x == 0 && p.out_logprob != nullptr)
@@ -425,19 +460,15 @@ __global__ void __launch_bounds__(kSamplingThreads)
   int32_t* g_top_ids = p.out_top_ids + row * kSamplingMaxLogprobs;          // [20]
   float* g_top_logprobs = p.out_top_logprobs + row * kSamplingMaxLogprobs;  // [20]
   if (top > 0) {
-    auto raw_key = [&](int64_t i, u64& key) {
-      key = sampling_key(g_logits[i], i, id_bits, vocab);
-      return true;
-    };
     const u64 cut = radix_select<false>(
-        vocab, digits, raw_key, [](u64) { return u64(0); }, u64(top - 1), g_counts, s);
+        g_logits, vocab, id_bits, digits, [](u64) { return true; }, [](u64) { return u64(0); },
+        u64(top - 1), g_counts, s);
     if (threadIdx.x == 0) s.top_count = 0;
     __syncthreads();
-    row_pass<u64>(
-        vocab, [&](int64_t i) { return sampling_key(g_logits[i], i, id_bits, vocab); },
-        [&](int64_t, u64 key) {
-          if (key >= cut) s.top_keys[atomicAdd(&s.top_count, 1)] = key;
-        });
+    row_pass(g_logits, vocab, [&](int64_t i, float x, bool valid) {
+      const u64 key = sampling_key(x, i, id_bits, vocab);
+      if (valid && key >= cut) s.top_keys[atomicAdd(&s.top_count, 1)] = key;
+    });
     __syncthreads();
     if (threadIdx.x < top) {  // exactly `top` keys, distinct: a rank is a count of larger ones
       const u64 key = s.top_keys[threadIdx.x];
