@@ -149,24 +149,6 @@ __global__ void gather_kernel(const TS* src, int64_t src_stride, const TIndex* i
   }
 }
 
-// The device copy of ref::splitmix64_mix / ref::uniform_hash (src/ref/fused_ops.h): integer
-// arithmetic and one exact scaling, so both sides agree bit for bit (the GPU test checks).
-__device__ __forceinline__ uint64_t splitmix64_mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-__global__ void fill_random_kernel(bf16_t* dst, int64_t count, uint64_t seed, float scale) {
-  const uint64_t mixed_seed = splitmix64_mix(seed);
-  for (int64_t i = global_thread(); i < count; i += grid_threads()) {
-    const uint64_t z = splitmix64_mix(mixed_seed + (uint64_t(i) + 1) * 0x9e3779b97f4a7c15ull);
-    const int32_t centred = static_cast<int32_t>(z >> 40) - (int32_t(1) << 23);
-    const float u = static_cast<float>(centred) * (1.0f / 8388608.0f);
-    dst[i] = __float2bfloat16_rn(__fmul_rn(scale, u));
-  }
-}
-
 unsigned grid_for_items(int64_t rows, int64_t cols, bool vec) {
   return grid_for(rows * (vec ? cols / kVecElements : cols), kBlockThreads);
 }
@@ -283,13 +265,6 @@ void launch_gather_latent_cache_kernel(const bf16* cache, int64_t cache_slot_str
     });
   });
   MLA_CHECK_LAUNCH("gather_latent_cache");
-}
-
-void launch_fill_random_bf16_kernel(bf16* dst, int64_t count, uint64_t seed, float scale,
-                                    cudaStream_t stream) {
-  fill_random_kernel<<<grid_for(count, kBlockThreads), kBlockThreads, 0, stream>>>(
-      reinterpret_cast<bf16_t*>(dst), count, seed, scale);
-  MLA_CHECK_LAUNCH("fill_random_bf16");
 }
 
 }  // namespace mla::kernels::ops

@@ -307,13 +307,4 @@ void launch_merge_attention(Strided3D out, float* lse, int64_t lse_row_stride, S
                                      part_lse_row_stride, rows, heads, d_v, stream);
 }
 
-void launch_fill_random_bf16(bf16* dst, int64_t count, uint64_t seed, float scale,
-                             cudaStream_t stream) {
-  constexpr const char* op = "launch_fill_random_bf16";
-  check_count(op, "count", count);
-  if (count == 0) return;
-  check_pointer(op, "dst", dst, 2);
-  ops::launch_fill_random_bf16_kernel(dst, count, seed, scale, stream);
-}
-
 }  // namespace mla::kernels

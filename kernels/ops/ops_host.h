@@ -66,7 +66,5 @@ void launch_merge_attention_kernel(const Strided3D& out, float* lse, int64_t lse
                                    const Strided3D& part_out, const float* part_lse,
                                    int64_t part_lse_row_stride, int64_t rows, int64_t heads,
                                    int64_t d_v, cudaStream_t stream);
-void launch_fill_random_bf16_kernel(bf16* dst, int64_t count, uint64_t seed, float scale,
-                                    cudaStream_t stream);
 
 }  // namespace mla::kernels::ops

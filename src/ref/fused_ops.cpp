@@ -35,9 +35,4 @@ void latent_cache_write(const LatentCacheWriteArgs& a) {
   }
 }
 
-void fill_random_bf16(bf16* dst, int64_t count, uint64_t seed, float scale) {
-  for (int64_t i = 0; i < count; ++i)
-    dst[i] = float_to_bf16(scale * uniform_hash(seed, static_cast<uint64_t>(i)));
-}
-
 }  // namespace mla::ref

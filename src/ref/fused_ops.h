@@ -1,9 +1,8 @@
 // CPU twins of the fused GPU ops (kernels/include/mla/kernels/ops.h) that have no plain ref op:
-// the residual add + norm, the MLA latent cache write, and the counter-based random fill.
+// the residual add + norm and the MLA latent cache write.
 //
 // Plain loops over the existing twins (rms_norm, apply_rope), so "fused" changes nothing but the
-// number of passes. The subtle part is uniform_hash: it must be bit-identical to the device
-// copy in kernels/ops/, so it is integer arithmetic plus one exact scaling (no libm).
+// number of passes: a fused kernel must match the unfused sequence.
 #pragma once
 
 #include <cstdint>
@@ -39,23 +38,5 @@ struct LatentCacheWriteArgs {
   int64_t num_slots = 0;
 };
 void latent_cache_write(const LatentCacheWriteArgs& args);
-
-// splitmix64's finaliser (Steele, Lea and Flood 2014): a bijection that scatters nearby inputs.
-inline uint64_t splitmix64_mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// u(seed, index), uniform on the 2^24 values k / 2^23 in [-1, 1): the top 24 bits of
-// splitmix64(mix(seed) + (index + 1) · golden), centred. Exact in fp32 on any compiler.
-inline float uniform_hash(uint64_t seed, uint64_t index) {
-  const uint64_t z = splitmix64_mix(splitmix64_mix(seed) + (index + 1) * 0x9e3779b97f4a7c15ull);
-  const int32_t centred = static_cast<int32_t>(z >> 40) - (int32_t(1) << 23);
-  return static_cast<float>(centred) * (1.0f / 8388608.0f);
-}
-
-// dst[i] = bf16(scale · uniform_hash(seed, i)) for i < count (round to nearest even).
-void fill_random_bf16(bf16* dst, int64_t count, uint64_t seed, float scale);
 
 }  // namespace mla::ref

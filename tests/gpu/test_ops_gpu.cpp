@@ -575,23 +575,6 @@ TEST(OpsGpu, MergeAttentionIncludingEmptyParts) {
       }
 }
 
-TEST(OpsGpu, FillRandomBf16IsBitIdenticalToTwin) {
-  MLA_REQUIRE_SM90_GPU();
-  const int64_t count = (int64_t(1) << 20) + 5;
-  for (const auto& [seed, scale] : {std::pair<uint64_t, float>{0, 1.f},
-                                    std::pair<uint64_t, float>{0xdeadbeef12345678ull, 0.02f}}) {
-    cuda::DeviceBuffer<bf16> d_dst(count + 1);
-    // From the second element: an address that is not 16-byte aligned.
-    kernels::launch_fill_random_bf16(d_dst.data() + 1, count, seed, scale, nullptr);
-    const std::vector<bf16> got = d_dst.to_host();
-    std::vector<bf16> want(count);
-    ref::fill_random_bf16(want.data(), count, seed, scale);
-    int64_t mismatches = 0;
-    for (int64_t i = 0; i < count; ++i) mismatches += got[i + 1].bits != want[i].bits;
-    EXPECT_EQ(mismatches, 0) << "seed " << seed;
-  }
-}
-
 // The ops capture into a CUDA graph (no allocation, no synchronisation) and replay correctly.
 TEST(OpsGpu, CaptureInCudaGraph) {
   MLA_REQUIRE_SM90_GPU();

@@ -11,8 +11,8 @@
 // where a bound is known (documented per op) and trust the caller where none is.
 //
 // CPU twins: ref::rms_norm, ref::silu_mul, ref::apply_rope, ref::merge_attention_partial
-// (src/ref/ops.h, rope.h, attention_merge.h) and ref::add_rms_norm, ref::latent_cache_write,
-// ref::fill_random_bf16 (src/ref/fused_ops.h).
+// (src/ref/ops.h, rope.h, attention_merge.h) and ref::add_rms_norm, ref::latent_cache_write
+// (src/ref/fused_ops.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -126,11 +126,5 @@ void launch_gather_latent_cache(const bf16* cache, int64_t cache_slot_stride, in
 void launch_merge_attention(Strided3D out, float* lse, int64_t lse_row_stride, Strided3D part_out,
                             const float* part_lse, int64_t part_lse_row_stride, int64_t rows,
                             int64_t heads, int64_t d_v, cudaStream_t stream);
-
-// Dummy weights for benchmarks without a checkpoint: dst[i] = bf16(scale · u) with u =
-// ref::uniform_hash(seed, i), uniform in [-1, 1) (splitmix64 of the counter); bit-identical to
-// ref::fill_random_bf16. (Not the Irwin–Hall fill of fill.h, which takes a RandomFillSpec.)
-void launch_fill_random_bf16(bf16* dst, int64_t count, uint64_t seed, float scale,
-                             cudaStream_t stream);
 
 }  // namespace mla::kernels
