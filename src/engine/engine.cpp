@@ -96,8 +96,14 @@ void Engine::loop() {
       StepSchedule step = scheduler_.schedule();
       try {
         MLA_CHECK(!step.empty());  // a sequence always fits alone: someone can run
-        const std::vector<float> logits = runner_.run(step.page_copies, step.batch);
-        scheduler_.complete(step, logits);
+        if (runner_.samples_on_device()) {
+          const std::vector<model::RowSampling> rows = scheduler_.sampling_rows(step);
+          scheduler_.complete_sampled(step,
+                                      runner_.run_and_sample(step.page_copies, step.batch, rows));
+        } else {
+          const std::vector<float> logits = runner_.run(step.page_copies, step.batch);
+          scheduler_.complete(step, logits);
+        }
         if (options_.check_invariants) scheduler_.check_invariants();
       } catch (const std::exception& failure) {
         error = failure.what();

@@ -1,6 +1,8 @@
 // The real ModelRunner over Model::forward; see model_runner.h.
 #include "engine/model_runner.h"
 
+#include "core/error.h"
+
 namespace mla::engine {
 
 ModelCacheRunner::ModelCacheRunner(model::Model& model, int num_pages)
@@ -12,6 +14,20 @@ int ModelCacheRunner::max_position_embeddings() const {
 
 std::vector<int32_t> ModelCacheRunner::eos_token_ids() const {
   return {model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end()};
+}
+
+std::vector<model::RowSample> ModelRunner::run_and_sample(std::span<const PageCopy>,
+                                                          const model::ForwardBatch&,
+                                                          std::span<const model::RowSampling>) {
+  throw_error("this model runner does not sample on the device");
+}
+
+std::vector<model::RowSample> ModelCacheRunner::run_and_sample(
+    std::span<const PageCopy> copies, const model::ForwardBatch& batch,
+    std::span<const model::RowSampling> rows) {
+  for (const PageCopy& copy : copies) model_.copy_cache_page(cache_, copy.src, copy.dst);
+  const model::Tensor logits = model_.forward(batch, cache_);
+  return model_.backend().sample(logits, rows);
 }
 
 std::vector<float> ModelCacheRunner::run(std::span<const PageCopy> copies,

@@ -30,6 +30,12 @@ class ModelRunner {
   // [batch.logit_rows.size(), vocab_size] fp32, row-major.
   virtual std::vector<float> run(std::span<const PageCopy> copies,
                                  const model::ForwardBatch& batch) = 0;
+  // Device sampling: the runner draws the step's tokens itself (the logits stay on the GPU);
+  // `rows` says what to draw from which logit row (Scheduler::sampling_rows).
+  virtual bool samples_on_device() const { return false; }
+  virtual std::vector<model::RowSample> run_and_sample(std::span<const PageCopy> copies,
+                                                       const model::ForwardBatch& batch,
+                                                       std::span<const model::RowSampling> rows);
 };
 
 class ModelCacheRunner final : public ModelRunner {
@@ -43,6 +49,10 @@ class ModelCacheRunner final : public ModelRunner {
   std::vector<int32_t> eos_token_ids() const override;
   std::vector<float> run(std::span<const PageCopy> copies,
                          const model::ForwardBatch& batch) override;
+  bool samples_on_device() const override { return model_.backend().samples_on_device(); }
+  std::vector<model::RowSample> run_and_sample(std::span<const PageCopy> copies,
+                                               const model::ForwardBatch& batch,
+                                               std::span<const model::RowSampling> rows) override;
 
  private:
   model::Model& model_;

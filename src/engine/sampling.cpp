@@ -31,7 +31,7 @@ void check_sampling_options(const SamplingOptions& options) {
 }
 
 TokenSampler::TokenSampler(const SamplingOptions& options, uint64_t seed)
-    : options_(options), rng_(seed) {
+    : options_(options), seed_(seed), rng_(seed) {
   check_sampling_options(options);
 }
 

@@ -48,6 +48,9 @@ class TokenSampler {
  public:
   TokenSampler(const SamplingOptions& options, uint64_t seed);
 
+  const SamplingOptions& options() const { return options_; }
+  uint64_t seed() const { return seed_; }  // also the device sampler's seed for this sequence
+
   // The next token after `prompt` + `generated` from `logits` [vocab]; fills `logprobs` when
   // options.logprobs >= 0 and it is given.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> prompt,
@@ -55,6 +58,7 @@ class TokenSampler {
 
  private:
   SamplingOptions options_;
+  uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::vector<float> work_;  // penalised logits
 };

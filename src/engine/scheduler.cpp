@@ -357,36 +357,96 @@ void Scheduler::fork_followers(Sequence* leader) {
 
 void Scheduler::complete(const StepSchedule& step, std::span<const float> logits) {
   MLA_CHECK_EQ(logits.size(), step.batch.logit_rows.size() * size_t(vocab_size_));
+  complete_with(step, [&](Sequence* choice, int row) {
+    const std::span<const float> row_logits =
+        logits.subspan(size_t(row) * vocab_size_, vocab_size_);
+    const RequestOptions& options = choice->request->options;
+    const std::span<const int32_t> prompt(choice->tokens.data(), choice->prompt_len);
+    const std::span<const int32_t> generated(choice->tokens.data() + choice->prompt_len,
+                                             choice->num_generated());
+    GeneratedToken token;
+    token.id = choice->sampler.sample(row_logits, prompt, generated,
+                                      options.sampling.logprobs >= 0 ? &token.logprobs : nullptr);
+    return token;
+  });
+}
+
+std::vector<model::RowSampling> Scheduler::sampling_rows(const StepSchedule& step) const {
+  std::vector<model::RowSampling> rows;
+  int row = 0;
+  for (const StepSchedule::Entry& entry : step.entries) {
+    if (!entry.wants_logits) continue;
+    std::vector<const Sequence*> choices = {entry.sequence};
+    choices.insert(choices.end(), entry.sequence->followers.begin(),
+                   entry.sequence->followers.end());
+    for (const Sequence* choice : choices) {
+      const SamplingOptions& sampling = choice->sampler.options();
+      model::RowSampling r;
+      r.logit_row = row;
+      r.temperature = sampling.temperature;
+      r.top_p = sampling.top_p;
+      r.min_p = sampling.min_p;
+      r.repetition_penalty = sampling.repetition_penalty;
+      r.presence_penalty = sampling.presence_penalty;
+      r.frequency_penalty = sampling.frequency_penalty;
+      r.top_k = sampling.top_k;
+      r.num_logprobs = sampling.logprobs;
+      r.seed = choice->sampler.seed();
+      r.step = static_cast<uint64_t>(choice->num_generated());
+      r.prompt = std::span<const int32_t>(choice->tokens.data(), choice->prompt_len);
+      r.generated = std::span<const int32_t>(choice->tokens.data() + choice->prompt_len,
+                                             choice->num_generated());
+      rows.push_back(r);
+    }
+    ++row;
+  }
+  return rows;
+}
+
+void Scheduler::complete_sampled(const StepSchedule& step,
+                                 std::span<const model::RowSample> samples) {
+  size_t next = 0;
+  complete_with(step, [&](Sequence*, int) {
+    MLA_CHECK_LT(next, samples.size());
+    const model::RowSample& sample = samples[next++];
+    GeneratedToken token;
+    token.id = sample.token;
+    token.logprobs.logprob = sample.logprob;
+    token.logprobs.top = sample.top;
+    return token;
+  });
+  MLA_CHECK_EQ(next, samples.size());
+}
+
+void Scheduler::complete_with(const StepSchedule& step,
+                              const std::function<GeneratedToken(Sequence*, int)>& draw) {
   if (metrics_) {
     ++metrics_->steps;
     metrics_->prefill_tokens_computed += step.num_prefill_tokens;
   }
-  size_t row = 0;
+  int row = 0;
   for (const StepSchedule::Entry& entry : step.entries) {
     Sequence* sequence = entry.sequence;
     MLA_CHECK(sequence->state == SequenceState::kRunning);
     sequence->num_computed += entry.num_tokens;
     publish_full_pages(sequence);
     if (!entry.wants_logits) continue;
-    const std::span<const float> row_logits = logits.subspan(row++ * vocab_size_, vocab_size_);
     std::vector<Sequence*> choices = {sequence};
     choices.insert(choices.end(), sequence->followers.begin(), sequence->followers.end());
     fork_followers(sequence);
-    for (Sequence* choice : choices) sample_and_emit(choice, row_logits);
+    // Draw every choice's token first, then emit: emitting may finish a choice.
+    std::vector<GeneratedToken> tokens;
+    for (Sequence* choice : choices) tokens.push_back(draw(choice, row));
+    for (size_t i = 0; i < choices.size(); ++i) emit(choices[i], std::move(tokens[i]));
+    ++row;
   }
   remove_finished();
   update_gauges();
 }
 
-void Scheduler::sample_and_emit(Sequence* sequence, std::span<const float> logits) {
+void Scheduler::emit(Sequence* sequence, GeneratedToken token) {
   RequestState& request = *sequence->request;
   const RequestOptions& options = request.options;
-  const std::span<const int32_t> prompt(sequence->tokens.data(), sequence->prompt_len);
-  const std::span<const int32_t> generated(sequence->tokens.data() + sequence->prompt_len,
-                                           sequence->num_generated());
-  GeneratedToken token;
-  token.id = sequence->sampler.sample(logits, prompt, generated,
-                                      options.sampling.logprobs >= 0 ? &token.logprobs : nullptr);
   sequence->tokens.push_back(token.id);
 
   const Clock::time_point now = Clock::now();

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <random>
 #include <span>
@@ -108,6 +109,10 @@ class Scheduler {
   StepSchedule schedule();
   // `logits`: [entries wanting logits, vocab], in batch order.
   void complete(const StepSchedule& step, std::span<const float> logits);
+  // Device sampling: what to draw for each choice of the step, and completing the step with the
+  // draws (one per sampling row, in that order) instead of logits.
+  std::vector<model::RowSampling> sampling_rows(const StepSchedule& step) const;
+  void complete_sampled(const StepSchedule& step, std::span<const model::RowSample> samples);
 
   // Throws mla::InternalError on a broken invariant (docs/architecture.md).
   void check_invariants() const;
@@ -128,7 +133,10 @@ class Scheduler {
   void release_pages(Sequence* sequence);
   void publish_full_pages(Sequence* sequence);
   void fork_followers(Sequence* leader);
-  void sample_and_emit(Sequence* sequence, std::span<const float> logits);
+  // Runs the step's bookkeeping; `draw(choice, logit_row)` gives each choice's next token.
+  void complete_with(const StepSchedule& step,
+                     const std::function<GeneratedToken(Sequence*, int)>& draw);
+  void emit(Sequence* sequence, GeneratedToken token);
   void finish(Sequence* sequence, FinishReason reason, ChoiceUpdate update);
   void insert_running(Sequence* sequence);
   void insert_waiting(Sequence* sequence);

@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include "core/error.h"
+
 namespace mla::model {
 
 Tensor Backend::random_weight(const std::string& name, std::initializer_list<int64_t> shape,
@@ -33,6 +35,10 @@ void Backend::latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, 
   copy(kv_a.slice(1, kv_lora_rank, rotary_dim), k_pe);
   rope(k_pe, rope_table);
   write_latent_cache(latent, cache);
+}
+
+std::vector<RowSample> Backend::sample(const Tensor& logits, std::span<const RowSampling> rows) {
+  throw_error("the {} backend does not sample on the device (sample on the host)", name());
 }
 
 }  // namespace mla::model

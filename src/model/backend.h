@@ -12,6 +12,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,31 @@ struct ExpertWeights {
 struct RopeTable {
   std::vector<float> inv_freq;  // [rotary_dim / 2]
   float cos_sin_scale = 1.0f;
+};
+
+// One draw from one row of a step's logits, for a backend that samples on the device (the
+// semantics are engine::TokenSampler's, with a counter-based draw: the uniform for (seed, step)
+// is a pure function of both, so a recomputed sequence draws the same tokens).
+struct RowSampling {
+  int logit_row = 0;
+  float temperature = 1.0f;  // 0: greedy
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int top_k = 0;
+  int num_logprobs = -1;  // -1: none; 0: the chosen token's; n: and the top n
+  uint64_t seed = 0;
+  uint64_t step = 0;                   // tokens the sequence generated before this one
+  std::span<const int32_t> prompt;     // penalty context
+  std::span<const int32_t> generated;  // penalty context
+};
+
+struct RowSample {
+  int32_t token = 0;
+  float logprob = 0.0f;                        // of the chosen token (raw logits' log-softmax)
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
 };
 
 class Backend {
@@ -121,6 +148,11 @@ class Backend {
   // Merges part (out [rows, heads, d_v], lse [rows, heads]) into (out, lse) by log-sum-exp.
   virtual void merge_attention(Tensor& out, Tensor& lse, const Tensor& part_out,
                                const Tensor& part_lse) = 0;
+
+  // --- Sampling on the device (optional): draws `rows` from `logits` [rows, vocab] fp32 of the
+  // step just run; the logits do not leave the device.
+  virtual bool samples_on_device() const { return false; }
+  virtual std::vector<RowSample> sample(const Tensor& logits, std::span<const RowSampling> rows);
 
   // --- MoE.
   // router_logits [T, experts] fp32; correction_bias [experts] or empty; expert_ids [T, top_k]
