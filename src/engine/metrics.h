@@ -37,7 +37,8 @@ class Histogram {
 
 // One model step as the engine ran it.
 struct StepRecord {
-  double seconds = 0;         // ModelRunner::run: page copies, forward, logits to the host
+  double seconds = 0;         // the ModelRunner call: page copies, forward, logits (or samples)
+  double step_seconds = 0;    // the whole step: schedule, the runner, sampling and updates
   int num_sequences = 0;      // sequences in the batch
   int num_tokens = 0;         // rows of the batch
   int num_decode_tokens = 0;  // decode rows (one per decoding sequence)

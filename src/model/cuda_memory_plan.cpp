@@ -36,8 +36,8 @@ std::string describe(const CudaMemoryPlan& p) {
       "memory: weights {:.2f} GB, activations (arena) {:.2f} GB, KV cache {:.2f} GB = {} pages "
       "of 64 = {} tokens (budget {:.2f} of {:.1f} GB, graphs and transients reserve {:.2f} GB, "
       "profiled in {:.1f} s)",
-      p.weight_bytes / 1e9, p.arena_bytes / 1e9, p.kv_cache_bytes / 1e9, p.num_pages,
-      p.num_tokens, p.total_memory_bytes > 0 ? double(p.budget_bytes) / p.total_memory_bytes : 0.0,
+      p.weight_bytes / 1e9, p.arena_bytes / 1e9, p.kv_cache_bytes / 1e9, p.num_pages, p.num_tokens,
+      p.total_memory_bytes > 0 ? double(p.budget_bytes) / p.total_memory_bytes : 0.0,
       p.total_memory_bytes / 1e9, p.reserve_bytes / 1e9, p.profile_seconds);
 }
 

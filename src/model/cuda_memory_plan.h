@@ -33,8 +33,8 @@ struct CudaMemoryPlan {
   size_t total_memory_bytes = 0;
   size_t budget_bytes = 0;  // utilization · total
   size_t weight_bytes = 0;
-  size_t arena_peak_bytes = 0;  // the profiled steps' largest
-  size_t arena_bytes = 0;       // what the arena was resized to
+  size_t arena_peak_bytes = 0;      // the profiled steps' largest
+  size_t arena_bytes = 0;           // what the arena was resized to
   size_t graph_bytes_measured = 0;  // one capture of the largest decode bucket
   size_t reserve_bytes = 0;         // kept free: graphs (all buckets) and transient buffers
   size_t in_use_bytes = 0;          // total − free after the arena was resized

@@ -10,7 +10,9 @@
 namespace mla::model {
 namespace {
 
-double gb(size_t bytes) { return bytes / 1e9; }
+double gb(size_t bytes) {
+  return bytes / 1e9;
+}
 
 }  // namespace
 

@@ -34,12 +34,12 @@ void check_weights_fit(size_t weight_bytes, size_t total_memory_bytes,
 struct KvCacheInputs {
   size_t total_memory_bytes = 0;
   double gpu_memory_utilization = 0.9;
-  size_t weight_bytes = 0;          // for the error message (already inside in_use_bytes)
-  size_t in_use_bytes = 0;          // device memory in use now (total − free)
-  size_t graph_reserve_bytes = 0;   // kept free for CUDA graphs and transient buffers
-  size_t page_bytes = 0;            // latent_page_bytes()
+  size_t weight_bytes = 0;         // for the error message (already inside in_use_bytes)
+  size_t in_use_bytes = 0;         // device memory in use now (total − free)
+  size_t graph_reserve_bytes = 0;  // kept free for CUDA graphs and transient buffers
+  size_t page_bytes = 0;           // latent_page_bytes()
   int page_size = 64;
-  int min_pages = 2;                // fewer than this is an error
+  int min_pages = 2;  // fewer than this is an error
 };
 
 struct KvCachePlan {

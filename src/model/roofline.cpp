@@ -54,8 +54,8 @@ DecodeStepBytes decode_step_bytes(const weights::ModelConfig& c, int batch,
                                   int64_t context_tokens) {
   const ModelWeightBytes weights = model_weight_bytes(c);
   DecodeStepBytes bytes;
-  bytes.experts_per_layer = expected_distinct_experts(c.n_routed_experts, c.num_experts_per_tok,
-                                                      batch);
+  bytes.experts_per_layer =
+      expected_distinct_experts(c.n_routed_experts, c.num_experts_per_tok, batch);
   const double embedding_rows = weights.embedding > 0 ? double(batch) * c.hidden_size * 2.0 : 0.0;
   bytes.weights = weights.dense + embedding_rows +
                   weights.one_expert * bytes.experts_per_layer * weights.num_moe_layers;

@@ -30,8 +30,8 @@ ModelWeightBytes model_weight_bytes(const weights::ModelConfig& config);
 double expected_distinct_experts(int num_experts, int top_k, int draws);
 
 struct DecodeStepBytes {
-  double weights = 0;           // dense + embedding rows + experts hit, all MoE layers
-  double kv = 0;                // latent cache read: context_tokens · latent_dim · 2 · layers
+  double weights = 0;            // dense + embedding rows + experts hit, all MoE layers
+  double kv = 0;                 // latent cache read: context_tokens · latent_dim · 2 · layers
   double experts_per_layer = 0;  // expected distinct routed experts per MoE layer
   double total() const { return weights + kv; }
 };

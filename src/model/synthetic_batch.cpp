@@ -7,8 +7,8 @@
 
 namespace mla::model {
 
-SyntheticBatch make_synthetic_batch(const SyntheticBatchShape& shape, int vocab_size,
-                                    int page_size, uint64_t seed) {
+SyntheticBatch make_synthetic_batch(const SyntheticBatchShape& shape, int vocab_size, int page_size,
+                                    uint64_t seed) {
   MLA_CHECK_GT(vocab_size, 0);
   MLA_CHECK_GT(page_size, 0);
   MLA_CHECK_GE(shape.decode_rows, 0);
@@ -39,12 +39,12 @@ SyntheticBatch make_synthetic_batch(const SyntheticBatchShape& shape, int vocab_
       batch.slot_mapping.push_back(int64_t(slice.block_table[position / page_size]) * page_size +
                                    position % page_size);
     }
+    if (num_tokens == 1) out.decode_context_tokens += num_cached + 1;  // a decode row
     batch.sequences.push_back(std::move(slice));
   };
   for (int row = 0; row < shape.decode_rows; ++row) {
     add_sequence(shape.decode_context, 1);
     batch.logit_rows.push_back(row);
-    out.decode_context_tokens += shape.decode_context + 1;
   }
   for (int s = 0; s < shape.prefill_sequences; ++s) {
     const int tokens = shape.prefill_tokens / shape.prefill_sequences +
@@ -55,9 +55,8 @@ SyntheticBatch make_synthetic_batch(const SyntheticBatchShape& shape, int vocab_
   return out;
 }
 
-std::vector<SyntheticBatchShape> memory_profile_shapes(int max_num_batched_tokens,
-                                                       int max_num_seqs, int max_model_len,
-                                                       int decode_context) {
+std::vector<SyntheticBatchShape> memory_profile_shapes(int max_num_batched_tokens, int max_num_seqs,
+                                                       int max_model_len, int decode_context) {
   MLA_CHECK_GT(max_num_batched_tokens, 0);
   MLA_CHECK_GT(max_num_seqs, 0);
   MLA_CHECK_GT(max_model_len, 1);

@@ -24,8 +24,8 @@ struct SyntheticBatchShape {
 
 struct SyntheticBatch {
   ForwardBatch batch;
-  int num_pages = 0;  // pages the batch's block tables use: [0, num_pages)
-  int64_t decode_context_tokens = 0;  // keys the decode rows read, summed
+  int num_pages = 0;                  // pages the batch's block tables use: [0, num_pages)
+  int64_t decode_context_tokens = 0;  // keys the decode rows (one-token sequences) read, summed
 };
 
 SyntheticBatch make_synthetic_batch(const SyntheticBatchShape& shape, int vocab_size,
@@ -37,8 +37,7 @@ SyntheticBatch make_synthetic_batch(const SyntheticBatchShape& shape, int vocab_
 // budget (at most max_num_seqs − 1 rows) decoding, the rest one prefill (or several) with context;
 // (3) a decode-only step of max_num_seqs rows at `decode_context` tokens each. The last one is the
 // decode step (run last: it is where a step graph is captured).
-std::vector<SyntheticBatchShape> memory_profile_shapes(int max_num_batched_tokens,
-                                                       int max_num_seqs, int max_model_len,
-                                                       int decode_context = 256);
+std::vector<SyntheticBatchShape> memory_profile_shapes(int max_num_batched_tokens, int max_num_seqs,
+                                                       int max_model_len, int decode_context = 256);
 
 }  // namespace mla::model

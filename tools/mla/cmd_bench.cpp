@@ -1,4 +1,5 @@
-// `mla bench decode`: the decode kernel sweep with the same run's ceilings (see bench/).
+// `mla bench decode`: the decode kernel sweep with the same run's ceilings (see bench/); the
+// whole-model benchmarks (throughput, step) are in cmd_bench_model.cpp.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -130,6 +131,7 @@ void add_bench_command(CLI::App& app) {
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
   decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline, fast");
   decode->callback([options] { run_bench_decode(*options); });
+  add_bench_model_commands(bench);
 }
 
 }  // namespace mla::tools
