@@ -14,6 +14,7 @@
 #include "mla/kernels/moe.h"
 #include "mla/kernels/ops.h"
 #include "mla/kernels/prefill_attention.h"
+#include "mla/kernels/sampling.h"
 #include "mla/kernels/scalar_type.h"
 #include "mla/kernels/scatter_rows.h"
 
@@ -648,6 +649,124 @@ void CudaBackend::merge_attention(Tensor& out, Tensor& lse, const Tensor& part_o
                                   lse.stride[0], strided3d(part_out, d_part, "merge part"),
                                   part_lse.as<float>(), part_lse.stride[0], out.shape[0],
                                   out.shape[1], out.shape[2], stream_);
+}
+
+// --- Sampling.
+
+std::vector<RowSample> CudaBackend::sample(const Tensor& logits,
+                                           std::span<const RowSampling> rows) {
+  MLA_CHECK(logits.dtype == DType::kF32 && logits.rank == 2);
+  MLA_CHECK(!capturing_);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t vocab = logits.shape[1];
+  if (n == 0) return {};
+  constexpr int kTop = 20;
+  // The host side of the inputs: per-row parameters and, for rows with penalties, their context.
+  std::vector<kernels::SamplingRowParams> params(n);
+  std::vector<int64_t> offsets(n + 1, 0);
+  std::vector<int32_t> context, prompt_lengths(n, 0), logit_rows(n);
+  bool rows_in_order = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const RowSampling& r = rows[i];
+    MLA_CHECK(r.logit_row >= 0 && r.logit_row < logits.shape[0]);
+    logit_rows[i] = r.logit_row;
+    rows_in_order = rows_in_order && r.logit_row == i;
+    kernels::SamplingRowParams& p = params[i];
+    p.temperature = r.temperature;
+    p.top_p = r.top_p;
+    p.min_p = r.min_p;
+    p.repetition_penalty = r.repetition_penalty;
+    p.presence_penalty = r.presence_penalty;
+    p.frequency_penalty = r.frequency_penalty;
+    p.top_k = r.top_k;
+    p.num_logprobs = std::min(r.num_logprobs, kTop);
+    p.seed = r.seed;
+    p.step = r.step;
+    const bool penalised =
+        r.repetition_penalty != 1.0f || r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f;
+    if (penalised) {
+      context.insert(context.end(), r.prompt.begin(), r.prompt.end());
+      context.insert(context.end(), r.generated.begin(), r.generated.end());
+      prompt_lengths[i] = static_cast<int32_t>(r.prompt.size());
+    }
+    offsets[i + 1] = static_cast<int64_t>(context.size());
+  }
+  // One scratch buffer: [gathered logits][workspace][params][offsets][context][prompt lengths]
+  // [logit rows][out tokens][out logprob][out top ids][out top logprobs].
+  size_t offset = 0;
+  auto reserve = [&offset](size_t bytes) {
+    const size_t at = offset;
+    offset = align_up(offset + bytes, 256);
+    return at;
+  };
+  const size_t at_logits = rows_in_order ? 0 : reserve(n * vocab * sizeof(float));
+  const size_t workspace_bytes = kernels::sampling_workspace_size(n, vocab);
+  const size_t at_workspace = reserve(workspace_bytes);
+  const size_t at_params = reserve(n * sizeof(kernels::SamplingRowParams));
+  const size_t at_offsets = reserve((n + 1) * sizeof(int64_t));
+  const size_t at_context = reserve(std::max<size_t>(context.size(), 1) * sizeof(int32_t));
+  const size_t at_prompt = reserve(n * sizeof(int32_t));
+  const size_t at_rows = reserve(n * sizeof(int32_t));
+  const size_t at_tokens = reserve(n * sizeof(int32_t));
+  const size_t at_logprob = reserve(n * sizeof(float));
+  const size_t at_top_ids = reserve(n * kTop * sizeof(int32_t));
+  const size_t at_top_logprobs = reserve(n * kTop * sizeof(float));
+  if (sampling_scratch_.size() < offset) sampling_scratch_ = cuda::DeviceBuffer<char>(offset);
+  char* base = sampling_scratch_.data();
+  auto upload = [&](size_t at, const void* data, size_t bytes) {
+    if (bytes > 0)
+      MLA_CUDA_CHECK(cudaMemcpyAsync(base + at, data, bytes, cudaMemcpyHostToDevice, stream_));
+  };
+  upload(at_params, params.data(), n * sizeof(kernels::SamplingRowParams));
+  upload(at_offsets, offsets.data(), (n + 1) * sizeof(int64_t));
+  upload(at_context, context.data(), context.size() * sizeof(int32_t));
+  upload(at_prompt, prompt_lengths.data(), n * sizeof(int32_t));
+  upload(at_rows, logit_rows.data(), n * sizeof(int32_t));
+
+  kernels::SamplingParams p;
+  p.rows = n;
+  p.vocab = vocab;
+  p.logits = logits.as<float>();
+  p.logits_row_stride = logits.stride[0];
+  if (!rows_in_order) {  // several choices draw from one row: give each its own copy
+    kernels::launch_gather_rows(kernels::Strided2D{logits.data, ScalarType::kF32, logits.stride[0]},
+                                reinterpret_cast<const int32_t*>(base + at_rows), n, vocab,
+                                kernels::Strided2D{base + at_logits, ScalarType::kF32, vocab},
+                                stream_);
+    p.logits = reinterpret_cast<const float*>(base + at_logits);
+    p.logits_row_stride = vocab;
+  }
+  p.row_params = reinterpret_cast<const kernels::SamplingRowParams*>(base + at_params);
+  p.context_tokens = reinterpret_cast<const int32_t*>(base + at_context);
+  p.context_offsets = reinterpret_cast<const int64_t*>(base + at_offsets);
+  p.prompt_lengths = reinterpret_cast<const int32_t*>(base + at_prompt);
+  p.out_tokens = reinterpret_cast<int32_t*>(base + at_tokens);
+  p.out_logprob = reinterpret_cast<float*>(base + at_logprob);
+  p.out_top_ids = reinterpret_cast<int32_t*>(base + at_top_ids);
+  p.out_top_logprobs = reinterpret_cast<float*>(base + at_top_logprobs);
+  p.workspace = base + at_workspace;
+  p.workspace_bytes = workspace_bytes;
+  kernels::launch_sampling(p, stream_);
+
+  std::vector<int32_t> tokens(n), top_ids(n * kTop);
+  std::vector<float> logprob(n), top_logprobs(n * kTop);
+  auto download = [&](void* dst, size_t at, size_t bytes) {
+    MLA_CUDA_CHECK(cudaMemcpyAsync(dst, base + at, bytes, cudaMemcpyDeviceToHost, stream_));
+  };
+  download(tokens.data(), at_tokens, n * sizeof(int32_t));
+  download(logprob.data(), at_logprob, n * sizeof(float));
+  download(top_ids.data(), at_top_ids, n * kTop * sizeof(int32_t));
+  download(top_logprobs.data(), at_top_logprobs, n * kTop * sizeof(float));
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<RowSample> samples(n);
+  for (int64_t i = 0; i < n; ++i) {
+    samples[i].token = tokens[i];
+    if (params[i].num_logprobs < 0) continue;
+    samples[i].logprob = logprob[i];
+    for (int j = 0; j < params[i].num_logprobs && top_ids[i * kTop + j] >= 0; ++j)
+      samples[i].top.emplace_back(top_ids[i * kTop + j], top_logprobs[i * kTop + j]);
+  }
+  return samples;
 }
 
 // --- MoE.

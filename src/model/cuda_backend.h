@@ -99,6 +99,9 @@ class CudaBackend final : public Backend {
   void merge_attention(Tensor& out, Tensor& lse, const Tensor& part_out,
                        const Tensor& part_lse) override;
 
+  bool samples_on_device() const override { return true; }
+  std::vector<RowSample> sample(const Tensor& logits, std::span<const RowSampling> rows) override;
+
   void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                  const ref::MoeRoutingParams& params, Tensor& expert_ids,
                  Tensor& expert_weights) override;
@@ -137,6 +140,10 @@ class CudaBackend final : public Backend {
   // Long-lived device data made on first use.
   std::unordered_map<const RopeTable*, cuda::DeviceBuffer<float>> inv_freq_;
   std::unordered_map<const ExpertWeights*, cuda::DeviceBuffer<const void*>> expert_pointers_;
+
+  // Device sampling's scratch (gathered logits, the kernel's workspace, inputs and outputs),
+  // grown as needed; sampling runs after the step, outside any graph.
+  cuda::DeviceBuffer<char> sampling_scratch_;
 
   // Step graphs by batch bucket.
   std::map<int, cudaGraphExec_t> graphs_;

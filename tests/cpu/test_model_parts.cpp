@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/cpu_backend.h"
+#include "model/generate.h"
+#include "model/model.h"
 #include "model/sampler.h"
 #include "model/step_plan.h"
 #include "ref/attention.h"
@@ -19,6 +22,7 @@
 #include "ref/moe_routing.h"
 #include "ref/rope.h"
 #include "weights/model_config.h"
+#include "weights/presets.h"
 
 namespace mla {
 namespace {
@@ -408,6 +412,90 @@ TEST(Sampler, GreedyTopKAndSeeds) {
   EXPECT_GT(seen[2], 0);
   EXPECT_THROW(model::Sampler({-1.f, 1.f, 0, 0}), Error);
   EXPECT_THROW(model::Sampler({1.f, 0.f, 0, 0}), Error);
+}
+
+}  // namespace
+}  // namespace mla
+
+namespace mla {
+namespace {
+
+// The presets are the released config.json files: every field the model reads agrees with the
+// configs above (typed from the Hugging Face repositories separately).
+TEST(ModelPreset, PresetsAreTheReleasedConfigs) {
+  const std::pair<const char*, const char*> cases[] = {{"deepseek-v2-lite", kV2LiteConfig},
+                                                       {"deepseek-v3", kV3Config}};
+  for (const auto& [name, json] : cases) {
+    SCOPED_TRACE(name);
+    const weights::ModelConfig preset = weights::model_preset(name);
+    const weights::ModelConfig released =
+        weights::parse_model_config(nlohmann::json::parse(json), name);
+    EXPECT_EQ(weights::describe(preset), weights::describe(released));
+    EXPECT_EQ(preset.hidden_size, released.hidden_size);
+    EXPECT_EQ(preset.intermediate_size, released.intermediate_size);
+    EXPECT_EQ(preset.moe_intermediate_size, released.moe_intermediate_size);
+    EXPECT_EQ(preset.num_hidden_layers, released.num_hidden_layers);
+    EXPECT_EQ(preset.num_attention_heads, released.num_attention_heads);
+    EXPECT_EQ(preset.n_routed_experts, released.n_routed_experts);
+    EXPECT_EQ(preset.n_shared_experts, released.n_shared_experts);
+    EXPECT_EQ(preset.num_experts_per_tok, released.num_experts_per_tok);
+    EXPECT_EQ(preset.first_k_dense_replace, released.first_k_dense_replace);
+    EXPECT_EQ(preset.q_lora_rank, released.q_lora_rank);
+    EXPECT_EQ(preset.vocab_size, released.vocab_size);
+    EXPECT_DOUBLE_EQ(preset.softmax_scale(), released.softmax_scale());
+    EXPECT_DOUBLE_EQ(preset.routed_scaling_factor, released.routed_scaling_factor);
+  }
+  try {
+    weights::model_preset("deepseek-v9");
+    ADD_FAILURE() << "no error for an unknown preset";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("known: deepseek-v2-lite, deepseek-v3"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+// A decode plan padded for a step graph: the real rows unchanged, padding rows inert (seqlen 0,
+// slot -1), the block table re-strided, the plan's logit rows first.
+TEST(StepPlan, PaddedDecodePlanForStepGraphs) {
+  model::ForwardBatch batch;
+  batch.token_ids = {7, 9};
+  batch.positions = {70, 5};
+  batch.slot_mapping = {8 * 64 + 6, 5 * 64 + 5};
+  batch.sequences = {{0, 1, 70, {3, 8}}, {1, 1, 5, {5}}};
+  batch.logit_rows = {1, 0};
+  const model::StepPlan plan = model::make_step_plan(batch, {9, 64}, 100, 4096);
+  const model::StepPlan padded = model::pad_decode_plan(plan, 4, 3);
+  EXPECT_EQ(padded.num_tokens, 4);
+  EXPECT_EQ(padded.num_decode_tokens, 4);
+  EXPECT_EQ(padded.token_ids, (std::vector<int32_t>{7, 9, 0, 0}));
+  EXPECT_EQ(padded.positions, (std::vector<int32_t>{70, 5, 0, 0}));
+  EXPECT_EQ(padded.slot_mapping, (std::vector<int64_t>{8 * 64 + 6, 5 * 64 + 5, -1, -1}));
+  EXPECT_EQ(padded.decode_seqlens, (std::vector<int32_t>{71, 6, 0, 0}));
+  EXPECT_EQ(padded.decode_max_pages, 3);
+  EXPECT_EQ(padded.decode_block_table, (std::vector<int32_t>{3, 8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(padded.logit_rows, (std::vector<int32_t>{1, 0, 2, 3}));
+  EXPECT_TRUE(padded.prefill_spans.empty());
+}
+
+// Dummy weights on the CPU backend: the tiny V3 config's shapes, finite logits, deterministic.
+TEST(DummyModel, RandomWeightsOfTheConfigsShapesRun) {
+  const weights::ModelConfig config =
+      weights::load_model_config(std::string(MLA_TEST_FIXTURES_DIR) + "/tiny-deepseek-v3");
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    model::CpuBackend backend;
+    const auto model = model::Model::dummy(config, backend, {}, {}, /*seed=*/5);
+    model::SequenceRunner sequence(*model, 64);
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+    const std::vector<float> logits = sequence.feed(prompt);
+    ASSERT_EQ(static_cast<int>(logits.size()), config.vocab_size);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    if (run == 0)
+      first = logits;
+    else
+      EXPECT_EQ(logits, first);
+  }
 }
 
 }  // namespace

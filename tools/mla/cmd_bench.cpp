@@ -13,6 +13,7 @@
 #include "bench/ceilings.h"
 #include "bench/decode_bench.h"
 #include "bench/decode_report.h"
+#include "bench/prefill_bench.h"
 #include "cuda/device.h"
 #endif
 
@@ -112,6 +113,56 @@ void run_bench_decode(const BenchDecodeOptions& options) {
 #endif
 }
 
+struct BenchPrefillOptions {
+  int runs = 20;
+  std::string json_path;
+  std::string commit = "unknown";
+  std::string only;  // "heads,seqlen,batch"
+  int tile_rows = 0;
+};
+
+void run_bench_prefill(const BenchPrefillOptions& options) {
+#if MLA_WITH_CUDA
+  if (cuda::device_count() == 0)
+    throw_error("`mla bench prefill` needs a CUDA GPU and none was found");
+  const cuda::DeviceInfo device = cuda::current_device_info();
+  fmt::print("GPU: {}\n", cuda::describe(device));
+  if (device.compute_major != 9)
+    throw_error("the prefill kernels are built for sm_90a (H100/H200); found sm_{}{}",
+                device.compute_major, device.compute_minor);
+  bench::PrefillBenchOptions bench_options;
+  bench_options.runs = options.runs;
+  bench_options.tile_rows = options.tile_rows;
+  if (!options.only.empty()) {
+    bench::PrefillBenchCase only;
+    if (std::sscanf(options.only.c_str(), "%d,%d,%d", &only.num_heads, &only.seqlen, &only.batch) !=
+            3 ||
+        only.num_heads < 1 || only.seqlen < 1 || only.batch < 1)
+      throw_error("--only wants heads,seqlen,batch (all >= 1), got '{}'", options.only);
+    bench_options.only = only;
+  }
+  fmt::print(
+      "causal spans, d_qk 192 / d_v 128, median of {} runs, L2 flushed; causal FLOPs "
+      "counted as half\n{}\n",
+      options.runs, bench::prefill_table_header());
+  std::vector<bench::PrefillBenchRow> rows = bench::run_prefill_bench(bench_options, nullptr);
+  for (const bench::PrefillBenchRow& row : rows) fmt::print("{}\n", bench::prefill_table_line(row));
+  if (!options.json_path.empty()) {
+    std::ofstream file(options.json_path);
+    if (!file) throw_error("cannot write {}", options.json_path);
+    file << bench::prefill_bench_json(cuda::describe(device), bench::utc_now_iso8601(),
+                                      options.commit, rows)
+                .dump(1)
+         << "\n";
+    fmt::print("wrote {}\n", options.json_path);
+  }
+#else
+  (void)options;
+  throw_error(
+      "this build has no CUDA, so there is nothing to benchmark (configure with nvcc on PATH)");
+#endif
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -131,6 +182,23 @@ void add_bench_command(CLI::App& app) {
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
   decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline, fast");
   decode->callback([options] { run_bench_decode(*options); });
+
+  auto prefill_options = std::make_shared<BenchPrefillOptions>();
+  CLI::App* prefill = bench->add_subcommand(
+      "prefill", "Prefill attention (192/128, causal) at heads 16 and 128, ~16k tokens");
+  prefill->add_option("--runs", prefill_options->runs, "Timed runs per row (median reported)")
+      ->check(CLI::Range(1, 1000));
+  prefill->add_option("--json", prefill_options->json_path,
+                      "Also write the results as JSON to this file");
+  prefill->add_option("--commit", prefill_options->commit, "Commit id recorded in the JSON");
+  prefill->add_option("--only", prefill_options->only,
+                      "One configuration heads,seqlen,batch instead of the sweep");
+  prefill
+      ->add_option("--tile-rows", prefill_options->tile_rows,
+                   "Force the CTA shape: 64 or 128 query rows (0: automatic)")
+      ->check(CLI::IsMember({0, 64, 128}));
+  prefill->callback([prefill_options] { run_bench_prefill(*prefill_options); });
+
   add_bench_model_commands(bench);
 }
 
