@@ -70,6 +70,7 @@ struct StepOptions {
   bool json = false;
 };
 
+#if MLA_WITH_CUDA_BACKEND
 // Mean, median and 99th percentile (nearest rank) of `values`, in the values' unit.
 struct Spread {
   double mean = 0, median = 0, p99 = 0;
@@ -109,7 +110,6 @@ json bytes_json(const model::DecodeStepBytes& bytes) {
           {"experts_per_layer", bytes.experts_per_layer}};
 }
 
-#if MLA_WITH_CUDA_BACKEND
 json ceilings_json(const bench::Ceilings& ceilings) {
   return {{"copy_GBps_read_plus_write", ceilings.copy_gbps},
           {"gemm_bf16_TFLOPs", ceilings.gemm_tflops}};
@@ -135,15 +135,15 @@ void print_bar(const char* what, int done, int total, const std::string& tail) {
 void run_bench_throughput(ThroughputOptions o) {
   o.source.backend = "cuda";
   const ModelSource source = resolve_model_source(o.source);
-  if (o.max_concurrency == 0) o.max_concurrency = o.num_prompts;
-  const int concurrency = std::min(o.max_concurrency, o.num_prompts);
-  const int max_num_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : concurrency;
   const int max_model_len = o.input_len + o.output_len;
   if (max_model_len > source.config.max_position_embeddings)
     throw_error(
         "--input-len + --output-len = {} is more than the model's max_position_embeddings {}",
         max_model_len, source.config.max_position_embeddings);
 #if MLA_WITH_CUDA_BACKEND
+  if (o.max_concurrency == 0) o.max_concurrency = o.num_prompts;
+  const int concurrency = std::min(o.max_concurrency, o.num_prompts);
+  const int max_num_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : concurrency;
   const bool js = o.json;
   LoadedModel loaded = load_model(source, o.source, {}, "mla bench");
   model::CudaBackend& cuda = *loaded.cuda;
