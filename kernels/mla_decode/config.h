@@ -32,6 +32,7 @@ inline constexpr int kPlanThreads = 1024;
 // b = 1 wins 1.4-2.3×, b = 8 with h_q = 128 loses 2× with it).
 inline constexpr int kSplitParallelCombineMinPartsPerSeq = 48;
 inline constexpr int kSplitParallelCombineMaxRows = 1024;
+inline constexpr int kFusedMergeUnroll = 8;  // pieces in flight per thread and row in the merge
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);

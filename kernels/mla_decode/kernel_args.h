@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "mla/kernels/mla_decode.h"
+#include "mla_decode/config.h"
 
 namespace mla::kernels::decode {
 
@@ -16,6 +17,9 @@ struct DecodeKernelArgs {
   const int32_t* plan = nullptr;  // [decode_plan_ints(b, num_parts)] int32, in the workspace
   float* partial_lse = nullptr;   // [max_splits, h_kv, rows_per_kv_head] fp32 (natural log)
   float* partial_out = nullptr;   // [max_splits, h_kv, rows_per_kv_head, 512] fp32 (normalised)
+  // kFast's arrival counters of the fused combine, zeroed by the plan kernel and put back to 0 by
+  // the last CTA of each sequence: [b, h_kv, num_row_tiles] int32, in the workspace.
+  int* combine_counters = nullptr;
   // The cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
   // 128-byte swizzle (one box = one 64-column block of a page).
   CUtensorMap kv_tensor_map = {};
@@ -38,12 +42,21 @@ MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int se
   return seqlen - 1 - (args.params.causal ? args.params.seqlen_q - 1 - s : 0);
 }
 
+// kFast with a launched combine: the split-parallel one when sequences are expected to split many
+// ways and the batch has few rows.
+inline bool fast_wants_split_parallel_combine(const DecodeKernelArgs& args) {
+  const int64_t rows = int64_t(args.params.num_heads_kv) * args.shape.rows_per_kv_head;
+  return args.shape.num_parts >= kSplitParallelCombineMinPartsPerSeq * int64_t(args.params.batch) &&
+         int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
+}
+
 // Launchers of the split-KV kernel, one explicit instantiation per tile height
-// (instantiations/rows{16,32,64}.cu).
+// (instantiations/rows16.cu). fused_combine: the kernel merges split sequences itself (kFast,
+// fused_combine.cuh) and no combine kernel follows; false is kBaseline's kernel, unchanged.
 template <int kRowsPerTile>
-void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream);
+void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
 
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
-void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream);
+void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
 
 }  // namespace mla::kernels::decode

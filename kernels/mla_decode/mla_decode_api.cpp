@@ -2,8 +2,10 @@
 //
 // Validation happens here, once, with messages that name the argument, the expected and the
 // actual value; the kernels trust their params.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -14,7 +16,8 @@
 namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
-                        int32_t* plan, cudaStream_t stream);
+                        int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
+                        int min_cost_per_part, cudaStream_t stream);
 void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream);
 }  // namespace decode
 
@@ -82,7 +85,64 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
                       minimum, stride));
 }
 
+// A non-negative integer from the environment (for measuring; callers read it once per process);
+// -1 if unset.
+int64_t environment_count(const char* name, int64_t max_value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return -1;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  require(*end == '\0' && value >= 0 && value <= max_value,
+          fmt::format("{} must be an integer in [0, {}], got '{}'", name, max_value, text));
+  return value;
+}
+
 }  // namespace
+
+int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
+  if (params.min_cost_per_part > 0) return params.min_cost_per_part;
+  static const int64_t from_environment =
+      environment_count("MLA_DECODE_MIN_COST_PER_PART", int64_t(1) << 24);
+  return from_environment > 0 ? static_cast<int>(from_environment) : 0;
+}
+
+const char* to_string(MlaDecodeCombine combine) {
+  switch (combine) {
+    case MlaDecodeCombine::kAuto:
+      return "auto";
+    case MlaDecodeCombine::kFused:
+      return "fused";
+    case MlaDecodeCombine::kLaunched:
+      return "launched";
+  }
+  return "unknown";
+}
+
+int64_t fused_merge_bytes_estimate(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                                   int num_sms, int max_pages_per_seq) {
+  if (batch <= 0) return 0;
+  const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
+  int64_t pieces = (int64_t(shape.num_parts) + batch - 1) / batch + 1;
+  pieces = std::min<int64_t>({pieces, shape.num_parts, std::max(max_pages_per_seq, 1)});
+  if (pieces <= 1) return 0;                                  // nothing splits: no merge at all
+  const int tile_rows = shape.rows_per_tile == 16 ? 16 : 64;  // the kernels' tiles (config.h)
+  const int64_t rows = std::min(tile_rows, shape.rows_per_kv_head);
+  return pieces * rows * kHeadDimV * int64_t(sizeof(float));
+}
+
+MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t max_merge_bytes) {
+  if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeCombine::kLaunched;
+  if (params.combine != MlaDecodeCombine::kAuto) return params.combine;
+  if (max_merge_bytes < 0) {
+    static const int64_t from_environment =
+        environment_count("MLA_FUSED_COMBINE_MAX_MERGE_BYTES", int64_t(1) << 50);
+    max_merge_bytes = from_environment >= 0 ? from_environment : kFusedCombineMaxMergeBytes;
+  }
+  const int64_t bytes =
+      fused_merge_bytes_estimate(params.batch, params.seqlen_q, params.num_heads_q,
+                                 params.num_heads_kv, params.num_sms, params.max_pages_per_seq);
+  return bytes <= max_merge_bytes ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
+}
 
 const char* to_string(MlaDecodeKernel kernel) {
   switch (kernel) {
@@ -114,10 +174,14 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
   const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
   DecodeWorkspaceLayout layout;
   layout.max_splits = batch + shape.num_parts;
+  layout.num_combine_counters = int64_t(batch) * num_heads_kv * shape.num_row_tiles;
   const size_t partial_rows = size_t(layout.max_splits) * num_heads_kv * shape.rows_per_kv_head;
   layout.plan_offset = 0;
-  layout.partial_lse_offset =
+  layout.combine_counters_offset =
       align_up(sizeof(int32_t) * decode_plan_ints(batch, shape.num_parts), kWorkspaceAlignment);
+  layout.partial_lse_offset =
+      layout.combine_counters_offset +
+      align_up(sizeof(int32_t) * size_t(layout.num_combine_counters), kWorkspaceAlignment);
   layout.partial_out_offset =
       layout.partial_lse_offset + align_up(sizeof(float) * partial_rows, kWorkspaceAlignment);
   layout.total_bytes = layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV;
@@ -136,6 +200,8 @@ void check_mla_decode_plan_args(const MlaDecodePlanParams& params,
   require(params.num_sms >= 1, fmt::format("num_sms must be >= 1, got {}", params.num_sms));
   require(params.max_pages_per_seq >= 1,
           fmt::format("max_pages_per_seq must be >= 1, got {}", params.max_pages_per_seq));
+  require(params.min_cost_per_part >= 0,
+          fmt::format("min_cost_per_part must be >= 0, got {}", params.min_cost_per_part));
   if (params.batch > 0) check_pointer(params.seqlens, "seqlens", alignof(int32_t));
   check_workspace(params.workspace, params.workspace_bytes,
                   mla_decode_workspace_size(params.batch, params.seqlen_q, params.num_heads_q,
@@ -199,7 +265,12 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
   if (params.batch == 0) return;
   const DecodeLaunchShape shape =
       decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
-  decode::launch_plan_kernel(params, shape, static_cast<int32_t*>(params.workspace), stream);
+  const DecodeWorkspaceLayout layout = decode_workspace_layout(
+      params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  auto* base = static_cast<uint8_t*>(params.workspace);
+  decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
+                             reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
+                             layout.num_combine_counters, plan_min_cost_per_part(params), stream);
 }
 
 void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
@@ -218,8 +289,11 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   args.plan = reinterpret_cast<const int32_t*>(base + layout.plan_offset);
   args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
+  args.combine_counters = reinterpret_cast<int*>(base + layout.combine_counters_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
+  // kFast's fused combine: the split-KV kernel merges split sequences itself, no combine launch.
+  const bool fused_combine = resolved_decode_combine(params) == MlaDecodeCombine::kFused;
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;
@@ -239,13 +313,13 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
   }
   if (args.shape.rows_per_tile == 16) {
-    decode::launch_splitkv_mma<16>(args, stream);
+    decode::launch_splitkv_mma<16>(args, fused_combine, stream);
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    decode::launch_splitkv_wgmma(args, stream);
+    decode::launch_splitkv_wgmma(args, fused_combine, stream);
   }
-  decode::launch_combine_kernel(args, fast, stream);
+  if (!fused_combine) decode::launch_combine_kernel(args, fast, stream);
 }
 
 }  // namespace mla::kernels

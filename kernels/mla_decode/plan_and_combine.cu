@@ -1,6 +1,7 @@
-// The decode plan kernel (one CTA computes the whole plan from the device seqlens) and the combine
-// kernel (merges a sequence's split-KV partial results by log-sum-exp), plus the dispatcher that
-// launches split-KV then combine.
+// The decode plan kernel (one CTA computes the whole plan from the device seqlens, and zeroes
+// kFast's combine counters) and the combine kernels (merge a sequence's split-KV partial results by
+// log-sum-exp) that follow kBaseline's split-KV kernel; kFast merges inside its split-KV kernel
+// (fused_combine.cuh).
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -15,11 +16,14 @@ namespace decode {
 namespace {
 
 struct PlanKernelArgs {
-  const int32_t* seqlens;  // [batch]
-  int32_t* plan;           // [decode_plan_ints(batch, num_parts)]
+  const int32_t* seqlens;     // [batch]
+  int32_t* plan;              // [decode_plan_ints(batch, num_parts)]
+  int32_t* combine_counters;  // [num_combine_counters]: set to 0 here, for kFast's fused combine
+  int64_t num_combine_counters;
   int batch;
   int num_parts;
   int max_pages_per_seq;
+  int min_cost_per_part;
 };
 
 __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
@@ -38,6 +42,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   int32_t* part_first_seq = split_begin + args.batch + 1;
   const int tid = threadIdx.x;
 
+  // kFast's arrival counters start every step at 0 (its last CTAs put them back to 0 after).
+  for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
+    args.combine_counters[i] = 0;
+
   // Pass 1: exclusive prefix of sequence costs.
   if (tid == 0) carry = 0;
   __syncthreads();
@@ -52,7 +60,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
   }
   const int total_cost = carry;
-  const int per_part = cost_per_part(total_cost, args.num_parts);
+  const int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part);
   __syncthreads();
 
   // Pass 2: exclusive prefix of splits per sequence.
@@ -259,19 +267,25 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 }  // namespace
 
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
-                        int32_t* plan, cudaStream_t stream) {
-  PlanKernelArgs args{params.seqlens, plan, params.batch, shape.num_parts,
-                      params.max_pages_per_seq};
+                        int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
+                        int min_cost_per_part, cudaStream_t stream) {
+  PlanKernelArgs args{params.seqlens,
+                      plan,
+                      combine_counters,
+                      num_combine_counters,
+                      params.batch,
+                      shape.num_parts,
+                      params.max_pages_per_seq,
+                      min_cost_per_part};
   mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 
 void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream) {
   const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
-  // kFast, when sequences are expected to split many ways and rows are few: lanes over splits.
-  const bool split_parallel =
-      fast && args.shape.num_parts >= kSplitParallelCombineMinPartsPerSeq * args.params.batch &&
-      int64_t(args.params.batch) * rows <= kSplitParallelCombineMaxRows;
+  // kFast (without its fused combine), when sequences are expected to split many ways and rows are
+  // few: lanes over splits.
+  const bool split_parallel = fast && fast_wants_split_parallel_combine(args);
   if (!split_parallel) {
     const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
     mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);

@@ -6,7 +6,7 @@
 namespace mla::kernels {
 
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
-                                           int max_pages_per_seq) {
+                                           int max_pages_per_seq, int min_cost_per_part) {
   std::vector<int32_t> plan(decode_plan_ints(batch, num_parts), 0);
   int32_t* cost_begin = plan.data() + kDecodePlanHeaderInts;
   int32_t* split_begin = cost_begin + batch + 1;
@@ -16,7 +16,7 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
     pages[seq] = num_pages_of(clamp_seqlen(seqlens[seq], max_pages_per_seq));
     cost_begin[seq + 1] = cost_begin[seq] + seq_cost(pages[seq]);
   }
-  const int per_part = cost_per_part(cost_begin[batch], num_parts);
+  const int per_part = cost_per_part(cost_begin[batch], num_parts, min_cost_per_part);
   for (int seq = 0; seq < batch; ++seq)
     split_begin[seq + 1] = split_begin[seq] + num_splits_of(cost_begin[seq], pages[seq], per_part);
   for (int part = 0; part < num_parts; ++part) {

@@ -8,6 +8,8 @@
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
 //   max = -inf, and exponentials subtract 0 instead so no (-inf) - (-inf) appears.
 // - Every thread keeps its own partial row sums; they are reduced once per piece, not per page.
+// - kFusedCombine (kFast): after a split piece's partial, the CTA arrives on its sequence's counter
+//   and the last one merges the sequence (fused_combine.cuh); false is kBaseline's kernel.
 #pragma once
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "common/ptx.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
+#include "mla_decode/fused_combine.cuh"
 #include "mla_decode/kernel_args.h"
 #include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_loader.cuh"
@@ -34,7 +37,7 @@ __device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
   return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-template <int kRowsPerTile>
+template <int kRowsPerTile, bool kFusedCombine>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   using Cfg = TileConfig<kRowsPerTile>;
@@ -312,20 +315,32 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if constexpr (kFusedCombine) {
+      // Merge scratch: P's shared memory (row maxima and 1/sums) and a word of row_partial, both
+      // rewritten only after the next piece's first __syncthreads().
+      static_assert(sizeof(smem.p) >= 2 * kRowsPerTile * sizeof(float));
+      if (!final_output)
+        finish_split_piece<kRowsPerTile>(args, plan, piece, kv_head, tile_row0,
+                                         reinterpret_cast<float*>(smem.p),
+                                         reinterpret_cast<int*>(&smem.row_partial[0][0]));
+    }
   }
+  if constexpr (kFusedCombine) write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
 }
 
 template <int kRowsPerTile>
-void launch_splitkv_mma(const DecodeKernelArgs& args, cudaStream_t stream) {
+void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SharedStorage<kRowsPerTile>);
-  auto* kernel = &mla_decode_splitkv_mma_kernel<kRowsPerTile>;
+  auto* kernel = fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
+                               : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
-  MLA_CHECK_LAUNCH("mla_decode_splitkv_mma");
+  MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_mma (fused combine)"
+                                 : "mla_decode_splitkv_mma");
 }
 
 }  // namespace mla::kernels::decode

@@ -10,6 +10,8 @@
 // rescale factors never leave registers. Tiles live in shared memory as 64-column blocks of
 // 64 rows × 128 B with the 128-byte swizzle (16-byte chunk ^= row & 7): the layout TMA writes and
 // wgmma's descriptors describe. Rows past a sequence's end are zeroed after the copy.
+// kFusedCombine (kFast): after a split piece's partial, the CTA arrives on its sequence's counter
+// and the last one merges the sequence (fused_combine.cuh); false is kBaseline's kernel.
 #pragma once
 
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "common/wgmma.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
+#include "mla_decode/fused_combine.cuh"
 #include "mla_decode/kernel_args.h"
 #include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_loader.cuh"
@@ -48,6 +51,7 @@ __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
 // One body for both kernels (two pages in flight and the early PDL trigger measured slower here
 // on 2026-11-30: this body is compute-bound).
 
+template <bool kFusedCombine>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_wgmma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -240,18 +244,30 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if constexpr (kFusedCombine) {
+      // Merge scratch: P's shared memory (row maxima and 1/sums) and a word of row_partial, both
+      // rewritten only after the next piece's first __syncthreads().
+      static_assert(sizeof(smem.p) >= 2 * kWgmmaRows * sizeof(float));
+      if (!final_output)
+        finish_split_piece<kWgmmaRows>(args, plan, piece, kv_head, tile_row0,
+                                       reinterpret_cast<float*>(smem.p),
+                                       reinterpret_cast<int*>(&smem.row_partial[0][0]));
+    }
   }
+  if constexpr (kFusedCombine) write_empty_sequences<kWgmmaRows>(args, plan, kv_head, tile_row0);
 }
 
-void launch_splitkv_wgmma(const DecodeKernelArgs& args, cudaStream_t stream) {
+void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(WgmmaSharedStorage);
-  auto* kernel = &mla_decode_splitkv_wgmma_kernel;
+  auto* kernel = fused_combine ? &mla_decode_splitkv_wgmma_kernel<true>
+                               : &mla_decode_splitkv_wgmma_kernel<false>;
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
-  MLA_CHECK_LAUNCH("mla_decode_splitkv_wgmma");
+  MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_wgmma (fused combine)"
+                                 : "mla_decode_splitkv_wgmma");
 }
 
 }  // namespace mla::kernels::decode

@@ -20,10 +20,11 @@ struct PlanCheck {
   int total_pieces = 0;
 };
 
-PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max_pages_per_seq) {
+PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max_pages_per_seq,
+                     int min_cost_per_part = 0) {
   const int batch = static_cast<int>(seqlens.size());
   const std::vector<int32_t> data =
-      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages_per_seq);
+      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part);
   EXPECT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
   const DecodePlanView plan{data.data(), batch, num_parts};
   EXPECT_EQ(data[2], batch);
@@ -81,9 +82,16 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   // The workspace holds batch + num_parts partial results; a plan never needs more.
   EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
   // Balance: no part costs more than its share plus one fixed overhead.
-  const int share = cost_per_part(total_cost, num_parts);
+  const int share = cost_per_part(total_cost, num_parts, min_cost_per_part);
   EXPECT_EQ(plan.cost_per_part(), share);
+  EXPECT_GE(share, std::max(min_cost_per_part, 1));
   EXPECT_LE(result.max_part_cost, share + kDecodeFixedCostPages);
+  // A piece holds at least a part's worth of pages except at a sequence's two ends.
+  for (int b = 0; b < batch; ++b) {
+    if (pages[b] > 0) {
+      EXPECT_LE(plan.num_splits(b), (pages[b] + share - 1) / share + 1);
+    }
+  }
   return result;
 }
 
@@ -128,6 +136,42 @@ TEST(DecodePlan, RandomRaggedBatches) {
     std::vector<int32_t> seqlens(batch);
     for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
     check_plan(seqlens, num_parts, (max_len + 63) / 64);
+  }
+}
+
+TEST(DecodePlan, MinCostPerPartMakesFewerLongerPieces) {
+  // min 0 and 1 are the balanced plan, word for word.
+  std::vector<int32_t> seqlens = {4096};
+  EXPECT_EQ(make_decode_plan_host(seqlens.data(), 1, 132, 64, 0),
+            make_decode_plan_host(seqlens.data(), 1, 132, 64, 1));
+  // b = 1, s_k = 4096: 64 one-page pieces balanced; with 8 pages per part, 9 pieces (units 5..68
+  // over parts of 8 units: parts 0..8), the other parts empty.
+  EXPECT_EQ(DecodePlanView(make_decode_plan_host(seqlens.data(), 1, 132, 64, 0).data(), 1, 132)
+                .num_splits(0),
+            64);
+  const std::vector<int32_t> coarse = make_decode_plan_host(seqlens.data(), 1, 132, 64, 8);
+  EXPECT_EQ(DecodePlanView(coarse.data(), 1, 132).cost_per_part(), 8);
+  EXPECT_EQ(DecodePlanView(coarse.data(), 1, 132).num_splits(0), 9);
+  check_plan(seqlens, 132, 64, 8);
+  // Above the balanced share the minimum changes nothing.
+  std::vector<int32_t> many(128, 4096);
+  EXPECT_EQ(make_decode_plan_host(many.data(), 128, 132, 64, 0),
+            make_decode_plan_host(many.data(), 128, 132, 64, 60));
+  check_plan({131072}, 132, 2048, 16);
+  check_plan({0, 0, 0}, 132, 1, 7);
+  check_plan({1000, -5, 200}, 3, 4, 100);
+}
+
+TEST(DecodePlan, RandomRaggedBatchesWithMinCostPerPart) {
+  std::mt19937 rng(43);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 40)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 40000)(rng);
+    const int num_parts = std::uniform_int_distribution<int>(1, 140)(rng);
+    const int min_cost = std::uniform_int_distribution<int>(0, 64)(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
+    check_plan(seqlens, num_parts, (max_len + 63) / 64, min_cost);
   }
 }
 

@@ -130,5 +130,78 @@ TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
   EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
 }
 
+TEST(MlaDecodeArgs, FusedMergeBytesEstimate) {
+  // 16-row tiles, 132 parts: b = 1 expects min(132 + 1, 132, max pages) pieces of 16 rows · 2 KB.
+  EXPECT_EQ(fused_merge_bytes_estimate(1, 1, 16, 1, 132, 16), 16 * 16 * 2048);
+  EXPECT_EQ(fused_merge_bytes_estimate(1, 1, 16, 1, 132, 512), 132 * 16 * 2048);
+  // b = 8: ceil(132 / 8) + 1 = 18 pieces.
+  EXPECT_EQ(fused_merge_bytes_estimate(8, 1, 16, 1, 132, 64), 18 * 16 * 2048);
+  // h_q = 128, s_q = 1: two 64-row tiles, 66 parts; b = 32: ceil(66 / 32) + 1 = 4 pieces.
+  EXPECT_EQ(fused_merge_bytes_estimate(32, 1, 128, 1, 132, 64), 4 * 64 * 2048);
+  // h_q = 32: one 64-row tile with 32 rows.
+  EXPECT_EQ(fused_merge_bytes_estimate(16, 1, 32, 1, 132, 64), 10 * 32 * 2048);
+  // Nothing can split: one part, or one page per sequence.
+  EXPECT_EQ(fused_merge_bytes_estimate(4, 1, 16, 1, 1, 64), 0);
+  EXPECT_EQ(fused_merge_bytes_estimate(4, 1, 16, 1, 132, 1), 0);
+  EXPECT_EQ(fused_merge_bytes_estimate(0, 1, 16, 1, 132, 64), 0);
+}
+
+TEST(MlaDecodeArgs, ResolvedCombine) {
+  MlaDecodeParams p;
+  p.batch = 1;
+  p.seqlen_q = 1;
+  p.num_heads_q = 16;
+  p.num_sms = 132;
+  p.max_pages_per_seq = 16;                                            // 16 pieces: 512 KiB
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // kBaseline: always
+  p.kernel = MlaDecodeKernel::kFast;
+  EXPECT_EQ(resolved_decode_combine(p, 512 * 1024), MlaDecodeCombine::kFused);
+  EXPECT_EQ(resolved_decode_combine(p, 512 * 1024 - 1), MlaDecodeCombine::kLaunched);
+  p.max_pages_per_seq = 512;  // 132 pieces: 4.1 MiB
+  EXPECT_EQ(resolved_decode_combine(p, kFusedCombineMaxMergeBytes), MlaDecodeCombine::kLaunched);
+  p.combine = MlaDecodeCombine::kFused;  // forced either way
+  EXPECT_EQ(resolved_decode_combine(p, 0), MlaDecodeCombine::kFused);
+  p.combine = MlaDecodeCombine::kLaunched;
+  EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 40), MlaDecodeCombine::kLaunched);
+  p.combine = MlaDecodeCombine::kAuto;
+  p.batch = 8;
+  p.max_pages_per_seq = 64;  // b = 8, s_k = 4096: 18 pieces, 576 KiB
+  EXPECT_EQ(resolved_decode_combine(p, kFusedCombineMaxMergeBytes), MlaDecodeCombine::kFused);
+  EXPECT_STREQ(to_string(MlaDecodeCombine::kFused), "fused");
+}
+
+TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
+  // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out.
+  struct Shape {
+    int batch, seqlen_q, heads_q, heads_kv, sms;
+  };
+  for (const Shape& s : {Shape{8, 1, 16, 1, 132}, Shape{3, 2, 128, 1, 132}, Shape{1, 1, 16, 1, 132},
+                         Shape{5, 4, 128, 2, 78}, Shape{65535, 1, 16, 1, 132}}) {
+    const DecodeWorkspaceLayout layout =
+        decode_workspace_layout(s.batch, s.seqlen_q, s.heads_q, s.heads_kv, s.sms);
+    const DecodeLaunchShape shape = decode_launch_shape(s.seqlen_q, s.heads_q, s.heads_kv, s.sms);
+    const std::string label =
+        fmt::format("b {} s_q {} h_q {} h_kv {}", s.batch, s.seqlen_q, s.heads_q, s.heads_kv);
+    EXPECT_EQ(layout.num_combine_counters, int64_t(s.batch) * s.heads_kv * shape.num_row_tiles)
+        << label;
+    EXPECT_EQ(layout.plan_offset, 0u) << label;
+    EXPECT_EQ(layout.combine_counters_offset % 256, 0u) << label;
+    EXPECT_GE(layout.combine_counters_offset,
+              sizeof(int32_t) * size_t(decode_plan_ints(s.batch, shape.num_parts)))
+        << label;
+    EXPECT_EQ(layout.partial_lse_offset % 256, 0u) << label;
+    EXPECT_GE(layout.partial_lse_offset,
+              layout.combine_counters_offset + sizeof(int32_t) * layout.num_combine_counters)
+        << label;
+    const size_t partial_rows = size_t(layout.max_splits) * s.heads_kv * shape.rows_per_kv_head;
+    EXPECT_GE(layout.partial_out_offset, layout.partial_lse_offset + sizeof(float) * partial_rows)
+        << label;
+    EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + sizeof(float) * partial_rows * 512)
+        << label;
+  }
+  // h_q = 128, s_q = 2: 256 rows, four 64-row tiles per kv head.
+  EXPECT_EQ(decode_workspace_layout(3, 2, 128, 1, 132).num_combine_counters, 12);
+}
+
 }  // namespace
 }  // namespace mla::kernels

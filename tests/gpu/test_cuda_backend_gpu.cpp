@@ -108,7 +108,6 @@ TEST(CudaBackend, StepGraphsGiveTheEagerLogits) {
   EXPECT_EQ(diff, 0.0f);
 }
 
-
 std::vector<int32_t> collect_one(engine::RequestStream& stream) {
   std::vector<int32_t> tokens;
   while (!stream.done()) {

@@ -3,11 +3,14 @@
 // in unused block-table entries, seqlen 0, lengths not multiples of 64, ragged batches, one long
 // sequence among short ones, h_q ∈ {1, 3, 16, 32, 64, 127, 128}, s_q ∈ {1..4}, causal on and off,
 // batch 1..256. Outputs are poisoned first (every element must be written), runs are repeated
-// (bit-identical), and a CUDA graph of plan + decode is replayed with changing seqlens.
+// (bit-identical), a CUDA graph of plan + decode is replayed with changing seqlens, and one
+// workspace serves steps of several shapes, each decoded three times per plan (kFast's fused
+// combine resets its counters). Every test runs both kernels.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -27,7 +30,34 @@ void PrintTo(MlaDecodeKernel kernel, std::ostream* os) {
 }  // namespace kernels
 namespace {
 
+using kernels::MlaDecodeCombine;
 using kernels::MlaDecodeKernel;
+
+// What a test runs: kBaseline, and kFast with each of its two combines forced (kAuto picks one of
+// them by a host rule that the CPU tests check), so both of kFast's paths see every case.
+struct KernelChoice {
+  MlaDecodeKernel kernel;
+  MlaDecodeCombine combine;
+};
+std::string name_of(const KernelChoice& choice) {
+  return choice.kernel == MlaDecodeKernel::kBaseline
+             ? "baseline"
+             : fmt::format("fast_{}", kernels::to_string(choice.combine));
+}
+void PrintTo(const KernelChoice& choice, std::ostream* os) {
+  *os << name_of(choice);
+}
+
+// poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
+bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice) {
+  gpu.poison_outputs(nullptr);
+  kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = choice.kernel;
+  params.combine = choice.combine;
+  kernels::launch_mla_decode(params, nullptr);
+  return gpu.fetch(nullptr);
+}
 
 constexpr double kMaxRelativeL2 = 3e-3;
 constexpr double kMaxLseRelative = 1e-5;
@@ -48,12 +78,12 @@ int num_sms() {
   return cuda::current_device_info().num_sms;
 }
 
-void check_against_reference(const ref::PagedDecodeProblemSpec& spec, MlaDecodeKernel kernel,
+void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const KernelChoice& kernel,
                              const std::string& label) {
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   const Reference want = run_reference(problem);
   bench::GpuDecodeProblem gpu(problem, num_sms());
-  const bench::DecodeOutputs got = gpu.run(nullptr, kernel);
+  const bench::DecodeOutputs got = run_decode(gpu, kernel);
   const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
   EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
   EXPECT_EQ(c.inf_mismatch, 0u) << label
@@ -61,7 +91,7 @@ void check_against_reference(const ref::PagedDecodeProblemSpec& spec, MlaDecodeK
   EXPECT_LE(c.relative_l2, kMaxRelativeL2) << label;
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << label;
   // Same inputs again: bit-identical results.
-  const bench::DecodeOutputs again = gpu.run(nullptr, kernel);
+  const bench::DecodeOutputs again = run_decode(gpu, kernel);
   EXPECT_EQ(0, std::memcmp(got.out.data(), again.out.data(), got.out.size() * sizeof(float)))
       << label << ": out differs between two runs";
   EXPECT_EQ(0, std::memcmp(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)))
@@ -75,7 +105,7 @@ std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
   return seqlens;
 }
 
-class MlaDecodeGpu : public ::testing::TestWithParam<MlaDecodeKernel> {};
+class MlaDecodeGpu : public ::testing::TestWithParam<KernelChoice> {};
 
 TEST_P(MlaDecodeGpu, HeadsQueryLengthsAndCausalSweep) {
   MLA_REQUIRE_SM90_GPU();
@@ -138,6 +168,82 @@ TEST_P(MlaDecodeGpu, SequenceOf128kTokens) {
   check_against_reference(spec, GetParam(), "128k + 37 tokens");
 }
 
+TEST_P(MlaDecodeGpu, OneSequenceOf128kTokensSplitOverEverySm) {
+  MLA_REQUIRE_SM90_GPU();
+  // b = 1: every CTA of the grid holds a piece of the one sequence (16-row tiles: num_sms pieces;
+  // h_q = 128: two 64-row tiles, num_sms / 2 pieces each), and they finish in whatever order the
+  // SMs do. kFast's last CTA merges them all (fused combine); kBaseline's combine kernel does.
+  for (int heads : {16, 128}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = heads;
+    spec.seqlen_q = 1;
+    spec.seqlens = {131072};
+    spec.q_stddev = 0.5f;
+    spec.kv_stddev = 0.5f;
+    spec.seed = 1310 + heads;
+    check_against_reference(spec, GetParam(), fmt::format("b 1, 131072 tokens, h_q {}", heads));
+  }
+}
+
+TEST_P(MlaDecodeGpu, OneWorkspaceAcrossShapesAndRepeatedLayers) {
+  MLA_REQUIRE_SM90_GPU();
+  // One workspace (filled with 0xff bytes once: nothing may rely on it being zero) serves a series
+  // of steps of different shapes and seqlens. Each step runs the plan once, then the decode three
+  // times like three layers, outputs poisoned before each: kFast's later layers find its combine
+  // counters at 0 only if the last CTA of every split sequence put them back.
+  struct Step {
+    int heads, seqlen_q;
+    std::vector<int32_t> seqlens;
+  };
+  const std::vector<Step> steps = {
+      {16, 1, {20000}},                                     // b = 1, mma, ~num_sms pieces
+      {16, 1, {4096, 0, 4000, 4096, 1, 4096, 3000, 4096}},  // b = 8, with an empty sequence
+      {128, 2, {5000, 0, 3001}},                            // wgmma, 4 row tiles
+      {64, 1, {9000}},                                      // wgmma, 1 tile, many pieces
+      {16, 2, {0, 0, 0}},                                   // nothing to read at all
+      {16, 1, {17000}},                                     // the first shape, new length
+  };
+  size_t bytes = 0;
+  for (const Step& step : steps)
+    bytes = std::max(bytes, kernels::mla_decode_workspace_size(
+                                int(step.seqlens.size()), step.seqlen_q, step.heads, 1, num_sms()));
+  cuda::DeviceBuffer<uint8_t> workspace(bytes);
+  MLA_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, bytes));
+  std::mt19937 rng(606);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = steps[i].heads;
+    spec.seqlen_q = steps[i].seqlen_q;
+    spec.seqlens = steps[i].seqlens;
+    spec.seed = rng();
+    const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    const Reference want = run_reference(problem);
+    bench::GpuDecodeProblem gpu(problem, num_sms());
+    kernels::MlaDecodePlanParams plan = gpu.plan_params();
+    plan.workspace = workspace.data();
+    plan.workspace_bytes = bytes;
+    kernels::MlaDecodeParams params = gpu.decode_params();
+    params.workspace = workspace.data();
+    params.workspace_bytes = bytes;
+    params.kernel = GetParam().kernel;
+    params.combine = GetParam().combine;
+    kernels::launch_mla_decode_plan(plan, nullptr);
+    for (int layer = 0; layer < 3; ++layer) {
+      const std::string label =
+          fmt::format("step {} (h_q {}, s_q {}, seqlens [{}]) layer {}", i, spec.num_heads_q,
+                      spec.seqlen_q, fmt::join(spec.seqlens, ","), layer);
+      gpu.poison_outputs(nullptr);
+      kernels::launch_mla_decode(params, nullptr);
+      const bench::DecodeOutputs got = gpu.fetch(nullptr);
+      const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+      EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
+      EXPECT_EQ(c.inf_mismatch, 0u) << label;
+      EXPECT_LE(c.relative_l2, kMaxRelativeL2) << label;
+      EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << label;
+    }
+  }
+}
+
 TEST_P(MlaDecodeGpu, PeakySoftmaxFromLargeScores) {
   MLA_REQUIRE_SM90_GPU();
   // q and k with std 3: scores of ~±25 after scaling, so a few keys dominate each row.
@@ -164,35 +270,51 @@ TEST_P(MlaDecodeGpu, SeveralKvHeads) {
 
 TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   MLA_REQUIRE_SM90_GPU();
-  // Word for word, including batches larger than one scan chunk of the plan kernel (1024).
+  // Word for word, including batches larger than one scan chunk of the plan kernel (1024), with
+  // the balanced plan and with a minimum cost per part. The plan also zeroes kFast's combine
+  // counters (the workspace starts as 0xff bytes).
   std::mt19937 rng(3);
   for (int batch : {1, 5, 64, 1500, 3000}) {
     for (int heads : {16, 128}) {
-      std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
-      seqlens[0] = -3;        // negative counts as empty
-      seqlens.back() = 5000;  // beyond the block table's capacity: clamped
-      const int max_pages = 3000 / 64 + 1;
-      const kernels::DecodeLaunchShape shape = kernels::decode_launch_shape(2, heads, 1, num_sms());
-      cuda::DeviceBuffer<int32_t> d_seqlens(seqlens.size());
-      d_seqlens.copy_from_host(seqlens);
-      const size_t bytes = kernels::mla_decode_workspace_size(batch, 2, heads, 1, num_sms());
-      cuda::DeviceBuffer<uint8_t> workspace(bytes);
-      kernels::MlaDecodePlanParams params;
-      params.seqlens = d_seqlens.data();
-      params.batch = batch;
-      params.seqlen_q = 2;
-      params.num_heads_q = heads;
-      params.num_sms = num_sms();
-      params.max_pages_per_seq = max_pages;
-      params.workspace = workspace.data();
-      params.workspace_bytes = bytes;
-      kernels::launch_mla_decode_plan(params, nullptr);
-      const std::vector<int32_t> want =
-          kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages);
-      std::vector<int32_t> got(want.size());
-      MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
-                                cudaMemcpyDeviceToHost));
-      EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads;
+      for (int min_cost : {0, 9}) {
+        std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
+        seqlens[0] = -3;        // negative counts as empty
+        seqlens.back() = 5000;  // beyond the block table's capacity: clamped
+        const int max_pages = 3000 / 64 + 1;
+        const kernels::DecodeLaunchShape shape =
+            kernels::decode_launch_shape(2, heads, 1, num_sms());
+        cuda::DeviceBuffer<int32_t> d_seqlens(seqlens.size());
+        d_seqlens.copy_from_host(seqlens);
+        const size_t bytes = kernels::mla_decode_workspace_size(batch, 2, heads, 1, num_sms());
+        cuda::DeviceBuffer<uint8_t> workspace(bytes);
+        MLA_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, bytes));
+        kernels::MlaDecodePlanParams params;
+        params.seqlens = d_seqlens.data();
+        params.batch = batch;
+        params.seqlen_q = 2;
+        params.num_heads_q = heads;
+        params.num_sms = num_sms();
+        params.max_pages_per_seq = max_pages;
+        params.workspace = workspace.data();
+        params.workspace_bytes = bytes;
+        params.min_cost_per_part = min_cost;
+        kernels::launch_mla_decode_plan(params, nullptr);
+        const std::vector<int32_t> want =
+            kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
+                                           kernels::plan_min_cost_per_part(params));
+        std::vector<int32_t> got(want.size());
+        MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads << " min cost " << min_cost;
+        const kernels::DecodeWorkspaceLayout layout =
+            kernels::decode_workspace_layout(batch, 2, heads, 1, num_sms());
+        std::vector<int32_t> counters(layout.num_combine_counters, -1);
+        MLA_CUDA_CHECK(cudaMemcpy(counters.data(),
+                                  workspace.data() + layout.combine_counters_offset,
+                                  counters.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), int64_t(counters.size()))
+            << "combine counters not zeroed, batch " << batch << " h_q " << heads;
+      }
     }
   }
 }
@@ -210,7 +332,8 @@ TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
   cudaStream_t stream;
   MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = GetParam();
+  params.kernel = GetParam().kernel;
+  params.combine = GetParam().combine;
   cudaGraph_t graph;
   MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   kernels::launch_mla_decode_plan(gpu.plan_params(), stream);
@@ -254,7 +377,8 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   const Reference want = run_reference(problem);
   bench::GpuDecodeProblem gpu(problem, num_sms());
   kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = GetParam();
+  params.kernel = GetParam().kernel;
+  params.combine = GetParam().combine;
   constexpr int kPadQ = 64, kPadOut = 128;
   const int rows = problem.batch * spec.seqlen_q * spec.num_heads_q;
   std::vector<bf16> q_padded(size_t(rows) * (576 + kPadQ), float_to_bf16(NAN));
@@ -286,11 +410,12 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeGpu,
-                         ::testing::Values(MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast),
-                         [](const auto& info) {
-                           return std::string(kernels::to_string(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, MlaDecodeGpu,
+    ::testing::Values(KernelChoice{MlaDecodeKernel::kBaseline, MlaDecodeCombine::kAuto},
+                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused},
+                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched}),
+    [](const auto& info) { return name_of(info.param); });
 
 }  // namespace
 }  // namespace mla

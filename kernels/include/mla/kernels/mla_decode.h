@@ -11,7 +11,10 @@
 //   launch_mla_decode_plan({seqlens, b, s_q, h_q, h_kv, num_sms, max_pages, workspace}, stream);
 //   for each layer: launch_mla_decode(params /* same workspace */, stream);
 // The plan is computed on the device from the device seqlens: no host synchronisation, so the
-// whole step can be captured in a CUDA graph and replayed with new seqlens.
+// whole step can be captured in a CUDA graph and replayed with new seqlens. The plan also zeroes
+// kFast's combine counters in the workspace; every kFast launch leaves them at 0 again (the last
+// CTA of each split sequence resets its counter), so the layers of a step reuse the plan as is. A
+// workspace must not be shared by launches that may run at the same time (it holds the partials).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,11 +31,22 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies, with a
-// split-parallel combine launched as a programmatically dependent grid when sequences split many
-// ways (small batches).
+// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies with the
+// combine fused in where it is cheap (MlaDecodeCombine): the last CTA of a split sequence to finish
+// merges its partials (arrival counters in the workspace), so kFast is one kernel launch there.
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
+
+// How kFast merges the pieces of a split sequence (kBaseline always launches its combine kernel).
+// kFused: the last CTA of the sequence to finish merges it inside the split-KV kernel, so the op is
+// one launch; that merge is one SM reading pieces × tile rows × 2 KB of partials.
+// kLaunched: a combine kernel follows (split-parallel as a dependent launch where sequences split
+// many ways). kAuto: kFused where the merge a sequence is expected to need is at most
+// kFusedCombineMaxMergeBytes (the environment variable MLA_FUSED_COMBINE_MAX_MERGE_BYTES
+// overrides it, for measuring), else kLaunched; resolved_decode_combine() says which.
+enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
+const char* to_string(MlaDecodeCombine combine);
+inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
 
 struct MlaDecodePlanParams {
   const int32_t* seqlens = nullptr;  // [batch] int32, device
@@ -44,6 +58,10 @@ struct MlaDecodePlanParams {
   int max_pages_per_seq = 0;  // block_table row length: seqlens are clamped to it
   void* workspace = nullptr;  // mla_decode_workspace_size(...) bytes, 256-byte aligned
   size_t workspace_bytes = 0;
+  // Each part's cost is at least this many units (pages; see mla_decode_plan.h): fewer, longer
+  // pieces for small batches, e.g. for kFast's fused combine. 0: the balanced plan, or
+  // MLA_DECODE_MIN_COST_PER_PART from the environment when set (for measuring).
+  int min_cost_per_part = 0;
 };
 
 struct MlaDecodeParams {
@@ -75,6 +93,7 @@ struct MlaDecodeParams {
   void* workspace = nullptr;  // the plan's workspace (holds the plan and split-KV partials)
   size_t workspace_bytes = 0;
   MlaDecodeKernel kernel = MlaDecodeKernel::kBaseline;
+  MlaDecodeCombine combine = MlaDecodeCombine::kAuto;  // kFast only
 
   // Fills every stride for contiguous tensors of the documented shapes.
   void set_contiguous_strides();
@@ -104,13 +123,30 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
-  size_t plan_offset = 0;         // int32[decode_plan_ints(batch, num_parts)]
-  size_t partial_lse_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head]
-  size_t partial_out_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head, 512]
+  size_t plan_offset = 0;              // int32[decode_plan_ints(batch, num_parts)]
+  size_t combine_counters_offset = 0;  // int32[num_combine_counters]: kFast's arrival counters
+  size_t partial_lse_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head]
+  size_t partial_out_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head, 512]
   size_t total_bytes = 0;
-  int max_splits = 0;  // batch + num_parts: the most pieces a plan can make
+  int max_splits = 0;                // batch + num_parts: the most pieces a plan can make
+  int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles
 };
 DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
                                               int num_heads_kv, int num_sms);
+
+// The combine a launch with these params uses: kLaunched for kBaseline; for kFast, params.combine,
+// with kAuto resolved against the merge bytes the last CTA of a sequence is expected to read
+// (fused_merge_bytes_estimate) and `max_merge_bytes` (< 0: kFusedCombineMaxMergeBytes, or the
+// environment's MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set).
+MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
+                                         int64_t max_merge_bytes = -1);
+// The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
+// MLA_DECODE_MIN_COST_PER_PART, else 0.
+int plan_min_cost_per_part(const MlaDecodePlanParams& params);
+// Partial bytes the last CTA of a sequence reads to merge it, for the pieces a sequence is expected
+// to make: about num_parts / b + 1 in a uniform batch, never more than num_parts nor
+// max_pages_per_seq (a piece holds at least one page); times the tile's rows · 512 fp32.
+int64_t fused_merge_bytes_estimate(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                                   int num_sms, int max_pages_per_seq);
 
 }  // namespace mla::kernels

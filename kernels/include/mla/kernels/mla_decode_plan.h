@@ -62,9 +62,12 @@ MLA_HOST_DEVICE int seq_cost(int num_pages) {
   return num_pages > 0 ? num_pages + kDecodeFixedCostPages : 0;
 }
 
-MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts) {
+// C = ceil(total / num_parts), at least 1 and at least min_cost_per_part (a larger C makes fewer,
+// longer pieces and leaves the last parts empty; 0 keeps the balanced plan).
+MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts, int min_cost_per_part = 0) {
   const int per_part = (total_cost + num_parts - 1) / num_parts;
-  return per_part > 0 ? per_part : 1;
+  const int lowest = min_cost_per_part > 1 ? min_cost_per_part : 1;
+  return per_part > lowest ? per_part : lowest;
 }
 
 // Cost unit of page 0 of a sequence that starts at cost_begin.
@@ -162,6 +165,6 @@ class PartPieceCursor {
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
-                                           int max_pages_per_seq);
+                                           int max_pages_per_seq, int min_cost_per_part = 0);
 
 }  // namespace mla::kernels
