@@ -154,7 +154,8 @@ void run_bench_throughput(ThroughputOptions o) {
   request.max_num_batched_tokens = o.max_num_batched_tokens;
   request.max_num_seqs = max_num_seqs;
   request.max_model_len = max_model_len;
-  const int num_pages = plan_memory(loaded, o.source, request, "mla bench");
+  const PlannedMemory memory = plan_memory(loaded, o.source, request, "mla bench");
+  const int num_pages = memory.num_pages;
 
   engine::ModelCacheRunner runner(*loaded.model, num_pages);
   engine::EngineOptions engine_options;
@@ -307,6 +308,12 @@ void run_bench_throughput(ThroughputOptions o) {
           {"kv_cache_pages", num_pages},
           {"seed", o.seed}}},
         {"ceilings_same_run", ceilings_json(ceilings)},
+        {"memory_GB",
+         {{"total", memory.total_bytes / 1e9},
+          {"weights", memory.weight_bytes / 1e9},
+          {"activations_arena", memory.arena_bytes / 1e9},
+          {"kv_cache", memory.kv_cache_bytes / 1e9},
+          {"reserve", memory.reserve_bytes / 1e9}}},
         {"results",
          {{"wall_s", wall},
           {"errors", errors},
@@ -431,7 +438,8 @@ void run_bench_step(StepOptions o) {
                       {"x_roofline_with_logits_copy", us / roofline_us},
                       {"x_roofline_device", device_us / roofline_us},
                       {"goal_x_roofline", 1.3},
-                      {"non_finite_logits", non_finite}};
+                      {"non_finite_logits", non_finite},
+                      {"graph_replays", cuda.stats().graph_replays}};
     std::printf("%s\n", out.dump(1).c_str());
   }
 #endif

@@ -97,7 +97,7 @@ void run_serve(ServeCommandOptions options) {
     request.max_model_len = options.max_model_len > 0
                                 ? options.max_model_len
                                 : std::min(config.max_position_embeddings, kCudaDefaultMaxModelLen);
-    const int planned = plan_memory(loaded, options.source, request, "mla serve");
+    const int planned = plan_memory(loaded, options.source, request, "mla serve").num_pages;
     num_pages = options.kv_cache_tokens_given ? std::min(planned, num_pages) : planned;
   }
   const int cache_limit = (num_pages - 1) * 64;  // one page kept for copy-on-write

@@ -32,11 +32,15 @@ class LoadProgressBar {
   void operator()(int done, int total) {
     constexpr int kWidth = 30;
     const int filled = total > 0 ? done * kWidth / total : kWidth;
-    const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     double bytes = total > 0 ? total_bytes_ * done / total : 0.0;
 #if MLA_WITH_CUDA_BACKEND
-    if (cuda_ != nullptr) bytes = static_cast<double>(cuda_->stats().weight_bytes);
+    if (cuda_ != nullptr) {
+      // Dummy weights are filled asynchronously: the last rate waits for them.
+      if (done == total) MLA_CUDA_CHECK(cudaStreamSynchronize(cuda_->stream()));
+      bytes = static_cast<double>(cuda_->stats().weight_bytes);
+    }
 #endif
+    const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     std::fprintf(stderr, "\r%s: loading weights [%s%s] %d/%d layers, %.1f GB, %.2f GB/s", who_,
                  std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done,
                  total, bytes / 1e9, seconds > 0 ? bytes / 1e9 / seconds : 0.0);
@@ -161,8 +165,8 @@ LoadedModel load_model(const ModelSource& source, const ModelSourceOptions& opti
   return loaded;
 }
 
-int plan_memory(LoadedModel& loaded, const ModelSourceOptions& options,
-                const MemoryPlanRequest& request, const char* who) {
+PlannedMemory plan_memory(LoadedModel& loaded, const ModelSourceOptions& options,
+                          const MemoryPlanRequest& request, const char* who) {
 #if MLA_WITH_CUDA_BACKEND
   MLA_CHECK(loaded.cuda != nullptr);
   model::CudaMemoryPlanOptions plan_options;
@@ -173,7 +177,14 @@ int plan_memory(LoadedModel& loaded, const ModelSourceOptions& options,
   const model::CudaMemoryPlan plan =
       model::plan_cuda_memory(*loaded.model, *loaded.cuda, plan_options);
   std::fprintf(stderr, "%s: %s\n", who, model::describe(plan).c_str());
-  return plan.num_pages;
+  PlannedMemory planned;
+  planned.num_pages = plan.num_pages;
+  planned.weight_bytes = static_cast<double>(plan.weight_bytes);
+  planned.arena_bytes = static_cast<double>(plan.arena_bytes);
+  planned.kv_cache_bytes = static_cast<double>(plan.kv_cache_bytes);
+  planned.reserve_bytes = static_cast<double>(plan.reserve_bytes);
+  planned.total_bytes = static_cast<double>(plan.total_memory_bytes);
+  return planned;
 #else
   throw_error("{}: this build has no CUDA backend", who);
 #endif

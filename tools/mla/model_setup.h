@@ -65,14 +65,19 @@ struct LoadedModel {
 LoadedModel load_model(const ModelSource& source, const ModelSourceOptions& options,
                        model::ModelOptions model_options, const char* who);
 
-// The CUDA backend's memory plan (sizes the arena; returns the KV-cache pages that fit) and its
-// one line on stderr. Only with a CUDA backend.
+// The CUDA backend's memory plan (sizes the arena; says how many KV-cache pages fit) and its one
+// line on stderr. Only with a CUDA backend.
 struct MemoryPlanRequest {
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 64;
   int max_model_len = 4096;
 };
-int plan_memory(LoadedModel& loaded, const ModelSourceOptions& options,
-                const MemoryPlanRequest& request, const char* who);
+struct PlannedMemory {
+  int num_pages = 0;
+  double weight_bytes = 0, arena_bytes = 0, kv_cache_bytes = 0, reserve_bytes = 0;
+  double total_bytes = 0;
+};
+PlannedMemory plan_memory(LoadedModel& loaded, const ModelSourceOptions& options,
+                          const MemoryPlanRequest& request, const char* who);
 
 }  // namespace mla::tools
