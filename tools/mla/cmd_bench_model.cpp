@@ -182,6 +182,7 @@ void run_bench_throughput(ThroughputOptions o) {
     std::vector<double> itl;
     int output_tokens = 0;
     double latency = 0;
+    Clock::time_point end;
     std::string error;
   };
   std::vector<Result> results(o.num_prompts);
@@ -224,7 +225,8 @@ void run_bench_throughput(ThroughputOptions o) {
         } catch (const std::exception& error) {
           result.error = error.what();
         }
-        result.latency = std::chrono::duration<double>(Clock::now() - submitted).count();
+        result.end = Clock::now();
+        result.latency = std::chrono::duration<double>(result.end - submitted).count();
         output_tokens += result.output_tokens;
         ++finished;
       }
@@ -236,7 +238,9 @@ void run_bench_throughput(ThroughputOptions o) {
               fmt::format("{:.0f} s, {:.0f} output tok/s", seconds, output_tokens / seconds));
   }
   for (std::thread& client : clients) client.join();
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  Clock::time_point last_end = start;
+  for (const Result& r : results) last_end = std::max(last_end, r.end);
+  const double wall = std::chrono::duration<double>(last_end - start).count();
   std::fprintf(stderr, "\n");
 
   int errors = 0;
