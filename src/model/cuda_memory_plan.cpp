@@ -111,7 +111,8 @@ CudaMemoryPlan plan_cuda_memory(Model& model, CudaBackend& backend,
   backend.resize_arena(plan.arena_bytes);  // drops the profile's graph too
 
   // Graphs: the measured capture (0 when the decode step ran eagerly) once per bucket a decode
-  // step of up to max_num_seqs rows can take. Transients: copy_to_host's fp32 logits buffer.
+  // step of up to max_num_seqs rows can take. Transients outside the arena: the step's fp32
+  // logits once more (the GPU sampler's scratch, or copy_to_host's buffer), plus 256 MiB.
   std::set<int> buckets;
   for (int rows = 1; rows <= options.max_num_seqs; ++rows)
     if (const int bucket = model.graph_bucket(rows); bucket > 0) buckets.insert(bucket);
