@@ -59,6 +59,7 @@ struct ThroughputOptions {
   int max_num_batched_tokens = 2048;
   uint64_t seed = 0;
   bool json = false;
+  bool record_graphs = true;  // every decode bucket's step graph before the run
 };
 
 struct StepOptions {
@@ -158,6 +159,7 @@ void run_bench_throughput(ThroughputOptions o) {
   const int num_pages = memory.num_pages;
 
   engine::ModelCacheRunner runner(*loaded.model, num_pages);
+  if (o.record_graphs) record_step_graphs(runner, *loaded.model, max_num_seqs, "mla bench");
   engine::EngineOptions engine_options;
   engine_options.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   engine_options.scheduler.max_num_seqs = max_num_seqs;
@@ -309,6 +311,7 @@ void run_bench_throughput(ThroughputOptions o) {
           {"max_num_seqs", max_num_seqs},
           {"max_num_batched_tokens", o.max_num_batched_tokens},
           {"step_graphs", !o.source.eager},
+          {"graphs_recorded_before_run", o.record_graphs && !o.source.eager},
           {"kv_cache_pages", num_pages},
           {"seed", o.seed}}},
         {"ceilings_same_run", ceilings_json(ceilings)},
@@ -479,6 +482,8 @@ void add_bench_model_commands(CLI::App* bench) {
       ->capture_default_str();
   t->add_option("--seed", throughput->seed, "Seed of the random prompts")->capture_default_str();
   t->add_flag("--json", throughput->json, "Print one JSON object on stdout (text to stderr)");
+  t->add_flag("!--no-graph-warmup", throughput->record_graphs,
+              "Record the step graphs during the run instead of before it");
   t->callback([throughput] { run_bench_throughput(*throughput); });
 
   auto step = std::make_shared<StepOptions>();

@@ -111,6 +111,7 @@ void run_serve(ServeCommandOptions options) {
     max_model_len = options.max_model_len;
   }
   engine::ModelCacheRunner runner(*model, num_pages);
+  if (cuda) record_step_graphs(runner, *model, options.scheduler.max_num_seqs, "mla serve");
   engine::EngineOptions engine_options;
   engine_options.scheduler = options.scheduler;
   engine_options.scheduler.max_model_len = max_model_len;

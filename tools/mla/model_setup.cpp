@@ -12,6 +12,7 @@
 #include "model/cpu_backend.h"
 #include "model/memory_plan.h"
 #include "model/roofline.h"
+#include "model/synthetic_batch.h"
 #include "weights/presets.h"
 #if MLA_WITH_CUDA_BACKEND
 #include "cuda/check.h"
@@ -188,6 +189,30 @@ PlannedMemory plan_memory(LoadedModel& loaded, const ModelSourceOptions& options
 #else
   throw_error("{}: this build has no CUDA backend", who);
 #endif
+}
+
+int record_step_graphs(engine::ModelCacheRunner& runner, model::Model& model, int max_num_seqs,
+                       const char* who) {
+  std::vector<int> buckets;
+  for (int rows = 1; rows <= max_num_seqs; ++rows) {
+    const int bucket = model.graph_bucket(rows);
+    if (bucket > 0 && bucket <= runner.num_pages() && (buckets.empty() || buckets.back() != bucket))
+      buckets.push_back(bucket);
+  }
+  if (buckets.empty()) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+    model::SyntheticBatchShape shape;
+    shape.decode_rows = *it;
+    const model::SyntheticBatch step =
+        model::make_synthetic_batch(shape, model.config().vocab_size, 64);
+    runner.run({}, step.batch);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "%s: recorded %zu step graphs (decode batches of %d to %d rows) in %.2f s\n",
+               who, buckets.size(), buckets.front(), buckets.back(), seconds);
+  return static_cast<int>(buckets.size());
 }
 
 }  // namespace mla::tools

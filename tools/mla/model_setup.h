@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/model_runner.h"
 #include "model/backend.h"
 #include "model/model.h"
 #include "weights/model_config.h"
@@ -79,5 +80,12 @@ struct PlannedMemory {
 };
 PlannedMemory plan_memory(LoadedModel& loaded, const ModelSourceOptions& options,
                           const MemoryPlanRequest& request, const char* who);
+
+// Records the step graph of every decode batch bucket up to max_num_seqs rows on the runner's
+// cache before the engine starts (one-token rows at position 0 in pages 0..rows-1, which the
+// engine overwrites before it reads them), so no step of a run pays for a capture. Prints one
+// line; returns the number of graphs recorded (0 with --eager or on the CPU backend).
+int record_step_graphs(engine::ModelCacheRunner& runner, model::Model& model, int max_num_seqs,
+                       const char* who);
 
 }  // namespace mla::tools
