@@ -53,8 +53,10 @@ else()
 endif()
 
 # cpp-httplib (the server, `mla serve`): Debian ships it as a compiled library whose header must
-# be read with the same feature macros (pkg-config's cflags). Without it (the GPU machine's
-# bundle has none) everything but the server builds.
+# be read with the same feature macros (pkg-config's cflags). The GPU machine's bundle has
+# instead upstream's single header of the same version, used header-only with no feature macro
+# (no TLS, zlib or Brotli, which the server does not use). Without either, everything but the
+# server builds.
 set(MLA_WITH_SERVER OFF)
 if(PkgConfig_FOUND)
   pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET GLOBAL cpp-httplib)
@@ -62,6 +64,12 @@ endif()
 if(HTTPLIB_FOUND)
   add_library(httplib::httplib ALIAS PkgConfig::HTTPLIB)
   set(MLA_WITH_SERVER ON)
+elseif(MLA_DEPS_DIR AND EXISTS "${MLA_DEPS_DIR}/include/httplib.h")
+  add_library(httplib::httplib INTERFACE IMPORTED GLOBAL)
+  target_include_directories(httplib::httplib SYSTEM INTERFACE "${MLA_DEPS_DIR}/include")
+  target_link_libraries(httplib::httplib INTERFACE Threads::Threads)
+  set(MLA_WITH_SERVER ON)
+  message(STATUS "mla.cpp: cpp-httplib (single header) from the bundle ${MLA_DEPS_DIR}")
 else()
   message(STATUS "mla.cpp: cpp-httplib not found: building without the server (mla serve)")
 endif()

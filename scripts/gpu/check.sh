@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs ON the lent H200 (see docs/gpu.md): builds for sm_90a, runs every GPU test (ctest -L gpu),
-# the CPU tests, the demo and the decode benchmark, and leaves logs and JSON under $OUT. Where
+# the CPU tests, the demo, the decode benchmark and the whole-model benchmarks (`mla bench step`
+# and `mla bench throughput` on DeepSeek-V2-Lite shapes with dummy weights), and leaves logs and
+# JSON under $OUT (at most 8 files: env.txt, build.log, ctest-gpu.log, ctest-cpu.log with the
+# demo's output, bench-decode.json, bench-decode.txt with the model benchmarks' text,
+# bench-model.json, and ncu.txt with MLA_PROFILE). Where
 # python3 has CUDA torch, the build includes the PyTorch extension (python/), and its pytest suite
 # and API benchmark run after the GPU tests (their output is appended to ctest-gpu.log: the lent
 # machine returns at most 8 files). A broken extension build does not stop the rest: the project is
@@ -73,12 +77,16 @@ else
 fi
 
 step "CPU tests"
-(cd build-gpu && ctest -L cpu -j "$(nproc)" --output-on-failure -E format) >"$out/ctest-cpu.log" 2>&1 || status=1
+# The server's end-to-end test drives it with the `openai` package, which the GPU machine may lack.
+cpu_exclude="format"
+python3 -c "import openai" 2>/dev/null || cpu_exclude="format|server.openai_e2e"
+(cd build-gpu && ctest -L cpu -j "$(nproc)" --output-on-failure -E "$cpu_exclude") >"$out/ctest-cpu.log" 2>&1 || status=1
 tail -4 "$out/ctest-cpu.log"
 
 step "demo"
-build-gpu/mla demo >"$out/demo.log" 2>&1 || status=1
-cat "$out/demo.log"
+build-gpu/mla demo >build-gpu/demo.log 2>&1 || status=1
+{ echo "== demo"; cat build-gpu/demo.log; } >>"$out/ctest-cpu.log"
+cat build-gpu/demo.log
 
 step "decode benchmark ($mode)"
 bench_args=(--json "$out/bench-decode.json" --commit "$commit")
@@ -102,6 +110,32 @@ if [ -n "${MLA_PROFILE:-}" ] && command -v ncu >/dev/null; then
         >>"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
   done
   grep -E "^===|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" "$out/ncu.txt"
+fi
+
+# The whole model (DeepSeek-V2-Lite shapes, dummy weights): one decode step at batch 128 and 2k
+# context against the HBM roofline, then offline throughput at 1000/1000 with 256 concurrent
+# requests. Each under a timeout, so a hang cannot eat the call; text to bench-decode.txt, the two
+# JSON objects in bench-model.json.
+if build-gpu/mla bench throughput --help >/dev/null 2>&1; then
+  model_args=(--model-preset deepseek-v2-lite --load-format dummy --json)
+  rm -f build-gpu/bench-step.json build-gpu/bench-throughput.json
+  step "model step benchmark (batch 128, context 2048)"
+  echo "== mla bench step" >>"$out/bench-decode.txt"
+  timeout -k 10 120 build-gpu/mla bench step "${model_args[@]}" --batch 128 --context 2048 \
+    >build-gpu/bench-step.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
+  step "model throughput benchmark (1000/1000, 256 prompts, 256 concurrent)"
+  echo "== mla bench throughput" >>"$out/bench-decode.txt"
+  timeout -k 10 240 build-gpu/mla bench throughput "${model_args[@]}" --input-len 1000 \
+    --output-len 1000 --num-prompts 256 --max-concurrency 256 \
+    >build-gpu/bench-throughput.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
+  json_or_null() { if [ -s "$1" ]; then cat "$1"; else echo null; fi; }
+  printf '{"commit": "%s",\n"step": %s,\n"throughput": %s}\n' "$commit" \
+    "$(json_or_null build-gpu/bench-step.json)" "$(json_or_null build-gpu/bench-throughput.json)" \
+    >"$out/bench-model.json"
+  sed -n '/== mla bench step/,$p' "$out/bench-decode.txt" | tr '\r' '\n' |
+    grep -vE "^mla bench: (requests|loading weights) \[" | grep -v '^$'
+else
+  echo "this build has no \`mla bench throughput\`: model benchmarks skipped"
 fi
 
 step "done, status $status"

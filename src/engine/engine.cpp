@@ -4,6 +4,20 @@
 #include <cstdio>
 
 namespace mla::engine {
+namespace {
+
+StepRecord step_record(const StepSchedule& step) {
+  StepRecord record;
+  record.num_sequences = static_cast<int>(step.batch.sequences.size());
+  record.num_tokens = static_cast<int>(step.batch.token_ids.size());
+  record.num_decode_tokens = step.num_decode_tokens;
+  for (const model::SequenceSlice& slice : step.batch.sequences)
+    if (slice.first_token < step.num_decode_tokens)
+      record.decode_context_tokens += slice.num_cached + 1;
+  return record;
+}
+
+}  // namespace
 
 Engine::Engine(ModelRunner& runner, const EngineOptions& options,
                const tokenizer::Tokenizer* tokenizer)
@@ -93,17 +107,27 @@ void Engine::loop() {
     for (uint64_t id : cancelled) scheduler_.cancel(id);
     std::string error;
     if (scheduler_.has_work()) {
+      const auto step_start = Clock::now();
       StepSchedule step = scheduler_.schedule();
       try {
         MLA_CHECK(!step.empty());  // a sequence always fits alone: someone can run
+        StepRecord record = step_record(step);
+        Clock::time_point run_start;
         if (runner_.samples_on_device()) {
           const std::vector<model::RowSampling> rows = scheduler_.sampling_rows(step);
-          scheduler_.complete_sampled(step,
-                                      runner_.run_and_sample(step.page_copies, step.batch, rows));
+          run_start = Clock::now();
+          const std::vector<model::RowSample> samples =
+              runner_.run_and_sample(step.page_copies, step.batch, rows);
+          record.seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+          scheduler_.complete_sampled(step, samples);
         } else {
+          run_start = Clock::now();
           const std::vector<float> logits = runner_.run(step.page_copies, step.batch);
+          record.seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
           scheduler_.complete(step, logits);
         }
+        record.step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+        metrics_.step_log.record(record);
         if (options_.check_invariants) scheduler_.check_invariants();
       } catch (const std::exception& failure) {
         error = failure.what();

@@ -3,7 +3,8 @@
 // while the engine thread writes; the server renders it as Prometheus text.
 //
 // Histograms keep cumulative-ready bucket counts with Prometheus' `le` semantics (a value equal
-// to a bound lands in that bucket).
+// to a bound lands in that bucket). StepLog keeps one small record per model step (always on: a
+// lock and a copy per step), for benchmarks that need step times by kind and size.
 #pragma once
 
 #include <atomic>
@@ -34,6 +35,32 @@ class Histogram {
   double sum_ = 0.0;
 };
 
+// One model step as the engine ran it.
+struct StepRecord {
+  double seconds = 0;         // the ModelRunner call: page copies, forward, logits (or samples)
+  double step_seconds = 0;    // the whole step: schedule, the runner, sampling and updates
+  int num_sequences = 0;      // sequences in the batch
+  int num_tokens = 0;         // rows of the batch
+  int num_decode_tokens = 0;  // decode rows (one per decoding sequence)
+  int64_t decode_context_tokens = 0;  // keys the decode rows read (cached tokens + 1, summed)
+  bool decode_only() const { return num_tokens > 0 && num_decode_tokens == num_tokens; }
+};
+
+// The last `capacity` step records (a ring: the oldest go first).
+class StepLog {
+ public:
+  explicit StepLog(size_t capacity = size_t(1) << 16);
+  void record(const StepRecord& step);
+  std::vector<StepRecord> snapshot() const;  // oldest first
+  void clear();
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<StepRecord> ring_;
+  size_t capacity_;
+  size_t next_ = 0;  // where the next record goes once the ring is full
+};
+
 struct EngineMetrics {
   // Counters.
   std::atomic<uint64_t> requests_received{0};  // accepted by submit()
@@ -59,6 +86,7 @@ struct EngineMetrics {
   Histogram inter_token_latency{
       {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
   Histogram request_latency{{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+  StepLog step_log;
 };
 
 }  // namespace mla::engine

@@ -1,4 +1,5 @@
-// `mla bench decode`: the decode kernel sweep with the same run's ceilings (see bench/).
+// `mla bench decode`: the decode kernel sweep with the same run's ceilings (see bench/); the
+// whole-model benchmarks (throughput, step) are in cmd_bench_model.cpp.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -197,6 +198,8 @@ void add_bench_command(CLI::App& app) {
                    "Force the CTA shape: 64 or 128 query rows (0: automatic)")
       ->check(CLI::IsMember({0, 64, 128}));
   prefill->callback([prefill_options] { run_bench_prefill(*prefill_options); });
+
+  add_bench_model_commands(bench);
 }
 
 }  // namespace mla::tools

@@ -1,9 +1,10 @@
 // `mla generate MODEL_DIR --prompt-ids 1,2,3` (or --prompt TEXT): greedy (or sampled) generation
-// on the CPU backend. Prints the generated ids on one line, then their text when the model
-// directory has a tokenizer.json (with --json, one JSON object with `ids` and `text`); timings go
-// to stderr. --prefill-chunk N and --token-by-token choose how the prompt enters the model
-// (chunked prefill over cached context; one token per step through the absorbed decode path): all
-// ways give the same tokens.
+// on the CPU backend, or with --backend cuda on the GPU (--model-preset NAME --load-format dummy
+// instead of MODEL_DIR: random weights of a released model's shapes). Prints the generated ids on
+// one line, then their text when the model directory has a tokenizer.json (with --json, one JSON
+// object with `ids` and `text`); timings go to stderr. --prefill-chunk N and --token-by-token
+// choose how the prompt enters the model (chunked prefill over cached context; one token per step
+// through the absorbed decode path): all ways give the same tokens.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -18,21 +19,20 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/cpu_backend.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/mla/commands.h"
+#include "tools/mla/model_setup.h"
 
 namespace mla::tools {
 namespace {
 
 struct GenerateCommandOptions {
-  std::string model_dir;
+  ModelSourceOptions source;
   std::string prompt_ids;
   std::string prompt_text;
-  std::string backend = "cpu";
   model::GenerateOptions generate;
   bool json = false;
 };
@@ -60,23 +60,37 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 void run_generate(const GenerateCommandOptions& options) {
-  if (options.backend != "cpu")
-    throw_error("--backend {}: only the cpu backend exists so far", options.backend);
+  const ModelSource source = resolve_model_source(options.source);
+  const std::string& model_dir = source.model_dir;
   // The model directory's tokenizer, when it has one: --prompt needs it, and output gets text.
   std::optional<tokenizer::Tokenizer> text_tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json"))
-    text_tokenizer = tokenizer::Tokenizer::load(options.model_dir);
+  if (!model_dir.empty() &&
+      std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json"))
+    text_tokenizer = tokenizer::Tokenizer::load(model_dir);
   if (options.prompt_ids.empty() == options.prompt_text.empty())
     throw_error("give exactly one of --prompt TEXT and --prompt-ids 1,2,3");
   if (!options.prompt_text.empty() && !text_tokenizer)
     throw_error("--prompt needs {}/tokenizer.json, which does not exist (use --prompt-ids)",
-                options.model_dir);
+                model_dir.empty() ? "MODEL_DIR" : model_dir);
   const std::vector<int32_t> prompt = options.prompt_text.empty()
                                           ? parse_ids(options.prompt_ids)
                                           : text_tokenizer->encode(options.prompt_text);
   const auto load_start = std::chrono::steady_clock::now();
-  model::CpuBackend backend;
-  const auto model = model::Model::load(options.model_dir, backend);
+  LoadedModel loaded = load_model(source, options.source, {}, "mla generate");
+  model::Model* model = loaded.model.get();
+  const model::Backend& backend = *loaded.backend;
+  if (loaded.cuda != nullptr) {
+    // One sequence: the arena sized for its largest step; the sequence's cache is its own.
+    MemoryPlanRequest request;
+    request.max_num_seqs = 1;
+    const int prompt_size = std::max(1, static_cast<int>(prompt.size()));
+    request.max_num_batched_tokens = options.generate.token_by_token ? 1
+                                     : options.generate.prefill_chunk > 0
+                                         ? std::min(options.generate.prefill_chunk, prompt_size)
+                                         : prompt_size;
+    request.max_model_len = std::max(2, prompt_size + options.generate.max_tokens);
+    plan_memory(loaded, options.source, request, "mla generate");
+  }
   const auto start = std::chrono::steady_clock::now();
   const bool stream = !options.json;
   bool first = true;
@@ -116,7 +130,7 @@ void run_generate(const GenerateCommandOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateCommandOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompt token ids");
-  command->add_option("model_dir", options->model_dir, "Hugging Face model directory")->required();
+  add_model_source_options(command, options->source);
   command->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, e.g. 1,2,3");
   command->add_option("--prompt", options->prompt_text,
                       "Prompt text (needs MODEL_DIR/tokenizer.json; BOS per its config)");
@@ -130,8 +144,6 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--top-k", options->generate.sampling.top_k, "0: no limit")
       ->capture_default_str();
   command->add_option("--seed", options->generate.sampling.seed, "Sampling seed")
-      ->capture_default_str();
-  command->add_option("--backend", options->backend, "cpu (the only one so far)")
       ->capture_default_str();
   command
       ->add_option("--prefill-chunk", options->generate.prefill_chunk,

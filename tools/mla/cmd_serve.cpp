@@ -1,4 +1,7 @@
-// `mla serve MODEL_DIR`: the OpenAI-compatible server on 127.0.0.1:8000 (by default). Prints the
+// `mla serve MODEL_DIR`: the OpenAI-compatible server on 127.0.0.1:8000 (by default), on the CPU
+// backend or (--backend cuda) the GPU, where the KV cache gets what the memory plan leaves of
+// --gpu-memory-utilization. --model-preset NAME --load-format dummy serves random weights of a
+// released model's shapes (token-id prompts only). Prints the
 // resolved configuration and a progress bar while the weights load, then one line
 // "mla serve: listening on http://HOST:PORT" on stdout (with --port 0 the port the system chose),
 // and serves until SIGINT or SIGTERM. The subtle thing: both signals are blocked in every thread
@@ -18,57 +21,47 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "model/cpu_backend.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/mla/commands.h"
+#include "tools/mla/model_setup.h"
 
 namespace mla::tools {
 namespace {
 
 struct ServeCommandOptions {
-  std::string model_dir;
-  std::string backend = "cpu";
+  ModelSourceOptions source;
   std::string tokenizer;  // default: MODEL_DIR when it has tokenizer.json
   std::string served_model_name;
   server::ServerOptions server;
-  int kv_cache_tokens = 32768;
-  int max_model_len = 0;  // 0: min(max_position_embeddings, what the cache holds)
+  int kv_cache_tokens = 32768;  // the CPU backend's cache (the CUDA backend's: the memory plan)
+  int max_model_len = 0;        // 0: min(max_position_embeddings, what the cache holds)
   engine::SchedulerOptions scheduler;
   int max_queued_requests = 256;
   bool no_prefix_caching = false;
   bool check_invariants = false;
+  bool kv_cache_tokens_given = false;
 };
 
-void print_progress(int done, int total) {
-  constexpr int kWidth = 30;
-  const int filled = total > 0 ? done * kWidth / total : kWidth;
-  std::fprintf(stderr, "\rmla serve: loading weights [%s%s] %d/%d layers",
-               std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done,
-               total);
-  if (done == total) std::fprintf(stderr, "\n");
-  std::fflush(stderr);
-}
+// The CUDA backend's default longest sequence (the arena is sized for it; see run_serve).
+constexpr int kCudaDefaultMaxModelLen = 8192;
 
 void run_serve(ServeCommandOptions options) {
-  if (options.backend == "cuda")
-    throw_error("--backend cuda: the CUDA backend is not part of this build yet (use cpu)");
-  if (options.backend != "cpu")
-    throw_error("--backend must be cpu or cuda, got '{}'", options.backend);
+  const ModelSource source = resolve_model_source(options.source);
+  const bool cuda = options.source.backend == "cuda";
   if (options.kv_cache_tokens < 128)
     throw_error("--kv-cache-tokens must be at least 128, got {}", options.kv_cache_tokens);
   namespace fs = std::filesystem;
-  if (!fs::is_directory(options.model_dir))
-    throw_error("{} is not a directory (give a Hugging Face model directory)", options.model_dir);
-  if (options.served_model_name.empty())
-    options.served_model_name = fs::path(options.model_dir).lexically_normal().filename().string();
-  if (options.served_model_name.empty() || options.served_model_name == ".")
-    options.served_model_name =
-        fs::absolute(options.model_dir).lexically_normal().parent_path().filename().string();
-  if (options.tokenizer.empty() && fs::exists(fs::path(options.model_dir) / "tokenizer.json"))
-    options.tokenizer = options.model_dir;
+  const weights::ModelConfig& config = source.config;
+  if (options.max_model_len > config.max_position_embeddings)
+    throw_error("--max-model-len {} is more than the model's max_position_embeddings {}",
+                options.max_model_len, config.max_position_embeddings);
+  if (options.served_model_name.empty()) options.served_model_name = source.name;
+  if (options.tokenizer.empty() && !source.model_dir.empty() &&
+      fs::exists(fs::path(source.model_dir) / "tokenizer.json"))
+    options.tokenizer = source.model_dir;
 
   // Signals go to one thread, set up before any other thread starts.
   sigset_t signals;
@@ -91,26 +84,34 @@ void run_serve(ServeCommandOptions options) {
     }
   }
 
-  model::CpuBackend backend;
-  std::fprintf(stderr, "mla serve: loading %s on the %s backend\n", options.model_dir.c_str(),
-               backend.name().c_str());
-  const auto model = model::Model::load(options.model_dir, backend, {}, print_progress);
-  const weights::ModelConfig& config = model->config();
-  const int num_pages = (options.kv_cache_tokens + 63) / 64;
+  LoadedModel loaded = load_model(source, options.source, {}, "mla serve");
+  const auto& model = loaded.model;
+  const model::Backend& backend = *loaded.backend;
+  int num_pages = (options.kv_cache_tokens + 63) / 64;
+  if (cuda) {
+    // The activations' arena is sized for the longest sequence the server takes, so the default
+    // is a modest one rather than the model's whole context (--max-model-len raises it).
+    MemoryPlanRequest request;
+    request.max_num_batched_tokens = options.scheduler.max_num_batched_tokens;
+    request.max_num_seqs = options.scheduler.max_num_seqs;
+    request.max_model_len = options.max_model_len > 0
+                                ? options.max_model_len
+                                : std::min(config.max_position_embeddings, kCudaDefaultMaxModelLen);
+    const int planned = plan_memory(loaded, options.source, request, "mla serve").num_pages;
+    num_pages = options.kv_cache_tokens_given ? std::min(planned, num_pages) : planned;
+  }
   const int cache_limit = (num_pages - 1) * 64;  // one page kept for copy-on-write
   int max_model_len = std::min(config.max_position_embeddings, cache_limit);
+  if (cuda) max_model_len = std::min(max_model_len, kCudaDefaultMaxModelLen);
   if (options.max_model_len > 0) {
-    if (options.max_model_len > config.max_position_embeddings)
-      throw_error("--max-model-len {} is more than the model's max_position_embeddings {}",
-                  options.max_model_len, config.max_position_embeddings);
     if (options.max_model_len > cache_limit)
-      throw_error(
-          "--max-model-len {} does not fit the cache ({} tokens usable of --kv-cache-tokens "
-          "{}): raise --kv-cache-tokens",
-          options.max_model_len, cache_limit, options.kv_cache_tokens);
+      throw_error("--max-model-len {} does not fit the cache ({} tokens usable of {}): raise {}",
+                  options.max_model_len, cache_limit, num_pages * 64,
+                  cuda ? "--gpu-memory-utilization" : "--kv-cache-tokens");
     max_model_len = options.max_model_len;
   }
   engine::ModelCacheRunner runner(*model, num_pages);
+  if (cuda) record_step_graphs(runner, *model, options.scheduler.max_num_seqs, "mla serve");
   engine::EngineOptions engine_options;
   engine_options.scheduler = options.scheduler;
   engine_options.scheduler.max_model_len = max_model_len;
@@ -135,8 +136,10 @@ void run_serve(ServeCommandOptions options) {
       "mla serve: config: kv cache %d pages x 64 tokens, max_model_len %d, "
       "max_num_seqs %d, max_num_batched_tokens %d, prefix caching %s, queue limit %d\n"
       "mla serve: config: host %s, port %d, api key %s, http threads %d\n",
-      options.served_model_name.c_str(), options.model_dir.c_str(), config.num_hidden_layers,
-      config.vocab_size, backend.name().c_str(),
+      options.served_model_name.c_str(),
+      source.model_dir.empty() ? ("preset " + source.name + ", dummy weights").c_str()
+                               : source.model_dir.c_str(),
+      config.num_hidden_layers, config.vocab_size, backend.name().c_str(),
       options.tokenizer.empty() ? "none (token-id prompts only)" : options.tokenizer.c_str(),
       chat_note.c_str(), num_pages, max_model_len, engine_options.scheduler.max_num_seqs,
       engine_options.scheduler.max_num_batched_tokens, options.no_prefix_caching ? "off" : "on",
@@ -165,13 +168,12 @@ void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeCommandOptions>();
   CLI::App* command =
       app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  command->add_option("model_dir", options->model_dir, "Hugging Face model directory")->required();
+  add_model_source_options(command, options->source);
   command->add_option("--host", options->server.host, "Address to listen on")
       ->capture_default_str();
   command->add_option("--port", options->server.port, "Port (0: any free one)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  command->add_option("--backend", options->backend, "cpu or cuda")->capture_default_str();
   command
       ->add_option("--api-key", options->server.api_key,
                    "Require 'Authorization: Bearer KEY' on every route but /health")
@@ -182,7 +184,8 @@ void add_serve_command(CLI::App& app) {
                       "Directory with tokenizer.json (default: MODEL_DIR when it has one)");
   command
       ->add_option("--kv-cache-tokens", options->kv_cache_tokens,
-                   "Latent-cache capacity in tokens (64-token pages)")
+                   "Latent-cache capacity in tokens (64-token pages); cuda: at most this (default: "
+                   "what the memory plan leaves)")
       ->capture_default_str();
   command
       ->add_option("--max-model-len", options->max_model_len,
@@ -213,7 +216,10 @@ void add_serve_command(CLI::App& app) {
                     "Do not share identical prompt pages between requests");
   command->add_flag("--check-invariants", options->check_invariants,
                     "Check the scheduler's invariants after every step (slow; for testing)");
-  command->callback([options] { run_serve(*options); });
+  command->callback([options, command] {
+    options->kv_cache_tokens_given = command->count("--kv-cache-tokens") > 0;
+    run_serve(*options);
+  });
 }
 
 }  // namespace mla::tools
