@@ -47,4 +47,9 @@ void* DeviceArena::allocate(size_t bytes, const std::string& what) {
   return result;
 }
 
+void DeviceArena::rewind(size_t mark) {
+  MLA_CHECK_LE(mark, used_);
+  used_ = mark;
+}
+
 }  // namespace mla::cuda

@@ -27,6 +27,8 @@ class DeviceArena {
   // `bytes` rounded up to kAlignment; `what` names the request in the error when full.
   void* allocate(size_t bytes, const std::string& what);
   void reset() { used_ = 0; }
+  // Everything allocated after used() returned `mark` is free again (a scope's scratch).
+  void rewind(size_t mark);
 
   size_t capacity() const { return capacity_; }
   size_t used() const { return used_; }

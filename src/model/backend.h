@@ -88,14 +88,25 @@ class Backend {
   virtual void end_step() {}
 
   // --- Step graphs (optional: CUDA graphs). For a decode-only step padded to a batch bucket the
-  // model calls begin_step(padded plan), then replay_step_graph(bucket); if nothing was recorded
-  // for that bucket yet, begin_graph_capture(), the step's ops, end_graph_capture(bucket), which
-  // records them and runs the recording once. A recording must stay valid when replayed after a
-  // begin_step of a plan with the same shapes: per-step data lives at the same addresses.
+  // model calls begin_step(padded plan), then replay_step_graph(id) when it has a recording for
+  // that (cache, bucket); otherwise, after one eager step of the same shape (first-use set-up
+  // stays out of the recording), begin_graph_capture(), the step's ops, end_graph_capture(),
+  // which records them and runs the recording once. A recording must stay valid when replayed
+  // after a begin_step of a plan with the same shapes: per-step data lives at the same addresses.
+  // end_graph_capture returns the recording's id for replay_step_graph (ids are the backend's,
+  // unique across models); abort_graph_capture drops a recording cut short by an error.
   virtual bool supports_step_graphs() const { return false; }
-  virtual bool replay_step_graph(int bucket) { return false; }
+  virtual bool replay_step_graph(int graph_id) { return false; }
   virtual void begin_graph_capture() {}
-  virtual void end_graph_capture(int bucket) {}
+  virtual int end_graph_capture() { return 0; }
+  virtual void abort_graph_capture() {}
+
+  // --- Scratch within a step: tensors allocated after scratch_mark() may be reused by the step
+  // once scratch_release(mark) is called (the model releases each layer's intermediates after
+  // the layer, so a step needs one layer's worth of scratch, not all layers'). The order of
+  // allocations stays deterministic, so step graphs see the same addresses on every replay.
+  virtual size_t scratch_mark() { return 0; }
+  virtual void scratch_release(size_t mark) {}
 
   // --- Dense ops.
   // out [T, hidden] = table[plan.token_ids].

@@ -124,7 +124,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
 }
 
 CudaBackend::~CudaBackend() {
-  for (auto& [bucket, graph] : graphs_) cudaGraphExecDestroy(graph);
+  for (auto& [id, graph] : graphs_) cudaGraphExecDestroy(graph);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (staging_pinned_ != nullptr) cudaFreeHost(staging_pinned_);
   if (staging_done_ != nullptr) cudaEventDestroy(staging_done_);
@@ -136,7 +136,7 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::resize_arena(size_t bytes) {
   MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (auto& [bucket, graph] : graphs_) cudaGraphExecDestroy(graph);
+  for (auto& [id, graph] : graphs_) cudaGraphExecDestroy(graph);
   graphs_.clear();
   arena_ = cuda::DeviceArena();
   arena_ = cuda::DeviceArena(bytes);
@@ -301,6 +301,27 @@ void CudaBackend::begin_step(const StepPlan& plan) {
   MLA_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
   decode_seqlens_ = static_cast<const int32_t*>(step_data_.at(&plan.decode_seqlens));
   decode_block_table_ = static_cast<const int32_t*>(step_data_.at(&plan.decode_block_table));
+  // The decode op's split plan, once per step before the layers (outside any step graph: it
+  // runs before a replay as before a recording, from the seqlens just uploaded).
+  if (plan.num_decode_tokens > 0 && plan.decode_num_heads > 0) {
+    const int batch = plan.num_decode_tokens;
+    const int heads = plan.decode_num_heads;
+    decode_workspace_bytes_ =
+        kernels::mla_decode_workspace_size(batch, 1, heads, 1, device_.num_sms);
+    decode_workspace_ = arena_allocate(decode_workspace_bytes_, "the decode plan and partials");
+    kernels::MlaDecodePlanParams decode_plan;
+    decode_plan.seqlens = decode_seqlens_;
+    decode_plan.batch = batch;
+    decode_plan.seqlen_q = 1;
+    decode_plan.num_heads_q = heads;
+    decode_plan.num_heads_kv = 1;
+    decode_plan.num_sms = device_.num_sms;
+    decode_plan.max_pages_per_seq = plan.decode_max_pages;
+    decode_plan.workspace = decode_workspace_;
+    decode_plan.workspace_bytes = decode_workspace_bytes_;
+    kernels::launch_mla_decode_plan(decode_plan, stream_);
+    decode_planned_heads_ = heads;
+  }
   in_step_ = true;
 }
 
@@ -318,8 +339,8 @@ const void* CudaBackend::step_data(const void* host_member, const char* what) co
   return it->second;
 }
 
-bool CudaBackend::replay_step_graph(int bucket) {
-  const auto it = graphs_.find(bucket);
+bool CudaBackend::replay_step_graph(int graph_id) {
+  const auto it = graphs_.find(graph_id);
   if (it == graphs_.end()) return false;
   MLA_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   ++stats_.graph_replays;
@@ -333,24 +354,33 @@ void CudaBackend::begin_graph_capture() {
   cuda::set_thread_capturing(true);
 }
 
-void CudaBackend::end_graph_capture(int bucket) {
+int CudaBackend::end_graph_capture() {
   MLA_CHECK(capturing_);
   capturing_ = false;
   cuda::set_thread_capturing(false);
   cudaGraph_t graph = nullptr;
   MLA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  if (bucket < 0) {  // an aborted capture: drop it
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    return;
-  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   MLA_CUDA_CHECK(status);
-  if (auto it = graphs_.find(bucket); it != graphs_.end()) cudaGraphExecDestroy(it->second);
-  graphs_[bucket] = exec;
+  const int id = next_graph_id_++;
+  graphs_[id] = exec;
   ++stats_.graphs_captured;
   MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  return id;
+}
+
+void CudaBackend::abort_graph_capture() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cuda::set_thread_capturing(false);
+  // The capture may already be invalidated by the error that got us here: end it whatever its
+  // state, drop what it recorded, and clear the error it left so the next call does not see it.
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr)
+    cudaGraphDestroy(graph);
+  cudaGetLastError();
 }
 
 // --- Dense ops.
@@ -447,13 +477,16 @@ void CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows,
 
 const float* CudaBackend::inv_freq_on_device(const RopeTable& rope) {
   auto it = inv_freq_.find(&rope);
-  if (it == inv_freq_.end()) {
-    MLA_CHECK(!capturing_);
-    cuda::DeviceBuffer<float> buffer(rope.inv_freq.size());
-    buffer.copy_from_host(rope.inv_freq, stream_);
-    it = inv_freq_.emplace(&rope, std::move(buffer)).first;
+  if (it == inv_freq_.end() || it->second.host != rope.inv_freq) {
+    if (capturing_)
+      throw_error(
+          "cuda backend: RoPE table first seen while recording a step graph (run one "
+          "eager step first)");
+    DeviceCopy<float> copy{rope.inv_freq, cuda::DeviceBuffer<float>(rope.inv_freq.size())};
+    copy.device.copy_from_host(rope.inv_freq, stream_);
+    it = inv_freq_.insert_or_assign(&rope, std::move(copy)).first;
   }
-  return it->second.data();
+  return it->second.device.data();
 }
 
 void CudaBackend::rope(Tensor& x, const RopeTable& rope) {
@@ -552,24 +585,8 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, int head_dim_
   const int heads = static_cast<int>(q.shape[1]);
   MLA_CHECK_EQ(batch, plan_->num_decode_tokens);
   if (batch == 0) return;
-  // One plan per step, made by the first layer's call and reused by the others.
-  if (decode_workspace_ == nullptr) {
-    decode_workspace_bytes_ =
-        kernels::mla_decode_workspace_size(batch, 1, heads, 1, device_.num_sms);
-    decode_workspace_ = arena_allocate(decode_workspace_bytes_, "the decode plan and partials");
-    kernels::MlaDecodePlanParams plan;
-    plan.seqlens = decode_seqlens_;
-    plan.batch = batch;
-    plan.seqlen_q = 1;
-    plan.num_heads_q = heads;
-    plan.num_heads_kv = 1;
-    plan.num_sms = device_.num_sms;
-    plan.max_pages_per_seq = plan_->decode_max_pages;
-    plan.workspace = decode_workspace_;
-    plan.workspace_bytes = decode_workspace_bytes_;
-    kernels::launch_mla_decode_plan(plan, stream_);
-    decode_planned_heads_ = heads;
-  }
+  // The plan was made in begin_step (StepPlan::decode_num_heads) and serves every layer.
+  MLA_CHECK(decode_workspace_ != nullptr);
   MLA_CHECK_EQ(heads, decode_planned_heads_);
   kernels::MlaDecodeParams p;
   p.batch = batch;
@@ -603,6 +620,7 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, int head_dim_
   p.workspace = decode_workspace_;
   p.workspace_bytes = decode_workspace_bytes_;
   p.kernel = options_.decode_kernel;
+  p.combine = options_.decode_combine;
   kernels::launch_mla_decode(p, stream_);
 }
 
@@ -811,20 +829,24 @@ void CudaBackend::moe_experts(const Tensor& x_in, const Tensor& expert_ids,
   MLA_CHECK(num_experts > 0);
   const int64_t intermediate = experts.gate_proj[0].shape[0];
   // The experts' matrices as device arrays of pointers, made once per layer.
+  std::vector<const void*> host_pointers;
+  for (const auto* list : {&experts.gate_proj, &experts.up_proj, &experts.down_proj})
+    for (const Tensor& w : *list) {
+      MLA_CHECK(w.dtype == DType::kBF16 && w.is_contiguous());
+      host_pointers.push_back(w.data);
+    }
   auto it = expert_pointers_.find(&experts);
-  if (it == expert_pointers_.end()) {
-    MLA_CHECK(!capturing_);
-    std::vector<const void*> pointers;
-    for (const auto* list : {&experts.gate_proj, &experts.up_proj, &experts.down_proj})
-      for (const Tensor& w : *list) {
-        MLA_CHECK(w.dtype == DType::kBF16 && w.is_contiguous());
-        pointers.push_back(w.data);
-      }
-    cuda::DeviceBuffer<const void*> buffer(pointers.size());
-    buffer.copy_from_host(pointers, stream_);
-    it = expert_pointers_.emplace(&experts, std::move(buffer)).first;
+  if (it == expert_pointers_.end() || it->second.host != host_pointers) {
+    if (capturing_)
+      throw_error(
+          "cuda backend: MoE experts first seen while recording a step graph (run one "
+          "eager step first)");
+    DeviceCopy<const void*> copy{host_pointers,
+                                 cuda::DeviceBuffer<const void*>(host_pointers.size())};
+    copy.device.copy_from_host(host_pointers, stream_);
+    it = expert_pointers_.insert_or_assign(&experts, std::move(copy)).first;
   }
-  const auto* pointers = reinterpret_cast<const bf16* const*>(it->second.data());
+  const auto* pointers = reinterpret_cast<const bf16* const*>(it->second.device.data());
   kernels::MoeExpertsParams p{};
   p.tokens = rx.rows;
   p.hidden = rx.cols;

@@ -32,6 +32,7 @@ namespace mla::model {
 struct CudaBackendOptions {
   size_t arena_bytes = size_t(512) << 20;  // per-step memory (see the header comment)
   kernels::MlaDecodeKernel decode_kernel = kernels::MlaDecodeKernel::kFast;
+  kernels::MlaDecodeCombine decode_combine = kernels::MlaDecodeCombine::kAuto;  // kFast's merge
 };
 
 struct CudaBackendStats {
@@ -70,9 +71,12 @@ class CudaBackend final : public Backend {
   void end_step() override;
 
   bool supports_step_graphs() const override { return true; }
-  bool replay_step_graph(int bucket) override;
+  bool replay_step_graph(int graph_id) override;
   void begin_graph_capture() override;
-  void end_graph_capture(int bucket) override;
+  int end_graph_capture() override;
+  void abort_graph_capture() override;
+  size_t scratch_mark() override { return arena_.used(); }
+  void scratch_release(size_t mark) override { arena_.rewind(mark); }
 
   void embedding(const Tensor& table, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
@@ -127,26 +131,33 @@ class CudaBackend final : public Backend {
   const StepPlan* plan_ = nullptr;
   bool in_step_ = false;
   std::unordered_map<const void*, const void*> step_data_;
-  std::vector<char> staging_layout_;  // reused host buffer for building the upload
-  char* staging_pinned_ = nullptr;    // pinned copy source
+  char* staging_pinned_ = nullptr;  // pinned copy source
   size_t staging_pinned_bytes_ = 0;
   cudaEvent_t staging_done_ = nullptr;
   const int32_t* decode_seqlens_ = nullptr;
   const int32_t* decode_block_table_ = nullptr;
-  void* decode_workspace_ = nullptr;  // planned for this step when non-null
+  void* decode_workspace_ = nullptr;  // the step's decode plan and partials (begin_step)
   size_t decode_workspace_bytes_ = 0;
   int decode_planned_heads_ = 0;
 
-  // Long-lived device data made on first use.
-  std::unordered_map<const RopeTable*, cuda::DeviceBuffer<float>> inv_freq_;
-  std::unordered_map<const ExpertWeights*, cuda::DeviceBuffer<const void*>> expert_pointers_;
+  // Long-lived device data made on first use (the model's first, eager step), kept with the host
+  // values they were made from: a table at a reused address is made again, never served stale.
+  template <typename T>
+  struct DeviceCopy {
+    std::vector<T> host;
+    cuda::DeviceBuffer<T> device;
+  };
+  std::unordered_map<const RopeTable*, DeviceCopy<float>> inv_freq_;
+  std::unordered_map<const ExpertWeights*, DeviceCopy<const void*>> expert_pointers_;
+  cuda::DeviceBuffer<float> host_copy_scratch_;  // copy_to_host's dense fp32 staging
 
   // Device sampling's scratch (gathered logits, the kernel's workspace, inputs and outputs),
   // grown as needed; sampling runs after the step, outside any graph.
   cuda::DeviceBuffer<char> sampling_scratch_;
 
-  // Step graphs by batch bucket.
+  // Step graphs by id.
   std::map<int, cudaGraphExec_t> graphs_;
+  int next_graph_id_ = 1;
   bool capturing_ = false;
 };
 

@@ -179,43 +179,65 @@ void Model::copy_cache_page(LatentCache& cache, int32_t src, int32_t dst) {
   }
 }
 
+namespace {
+
+// Ends the step however the forward pass leaves (the backend then frees the step's memory).
+class StepGuard {
+ public:
+  StepGuard(Backend& backend, const StepPlan& plan) : backend_(backend) {
+    backend_.begin_step(plan);
+  }
+  ~StepGuard() { backend_.end_step(); }
+  StepGuard(const StepGuard&) = delete;
+  StepGuard& operator=(const StepGuard&) = delete;
+
+ private:
+  Backend& backend_;
+};
+
+}  // namespace
+
 Tensor Model::forward(const ForwardBatch& batch, LatentCache& cache) {
   MLA_CHECK_EQ(static_cast<int>(cache.layers.size()), config_.num_hidden_layers);
-  const StepPlan plan = make_step_plan(batch, {cache.num_pages, cache.page_size},
-                                       config_.vocab_size, options_.context_chunk_tokens);
+  StepPlan plan = make_step_plan(batch, {cache.num_pages, cache.page_size}, config_.vocab_size,
+                                 options_.context_chunk_tokens);
+  plan.decode_num_heads = config_.num_attention_heads;
   const int max_pages = (options_.graph_max_context + cache.page_size - 1) / cache.page_size;
   const bool decode_only = plan.num_decode_tokens == plan.num_tokens;
   const int bucket =
       decode_only && plan.decode_max_pages <= max_pages ? graph_bucket(plan.num_tokens) : 0;
   if (bucket == 0) {
-    backend_.begin_step(plan);
-    Tensor logits = run_layers(plan, cache);
-    backend_.end_step();
-    return logits;
+    StepGuard step(backend_, plan);
+    return run_layers(plan, cache);
   }
-  // A step graph: the plan padded to the bucket, recorded once per (cache, bucket), replayed.
+  // A step graph: the plan padded to the bucket; the first step of a (cache, bucket) runs
+  // eagerly (first-use set-up: weights' device tables, cuBLAS, module loading), the second is
+  // recorded, the later ones replay the recording.
   const StepPlan padded = pad_decode_plan(plan, bucket, max_pages);
-  const GraphKey key{cache.layers.empty() ? nullptr : cache.layers[0].data, cache.num_pages,
-                     bucket};
-  backend_.begin_step(padded);
+  GraphKey key;
+  for (const Tensor& layer : cache.layers) key.cache_layers.push_back(layer.data);
+  key.num_pages = cache.num_pages;
+  key.bucket = bucket;
+  const int64_t rows = static_cast<int64_t>(plan.logit_rows.size());
+  StepGuard step(backend_, padded);
   auto it = graphs_.find(key);
-  if (it == graphs_.end() || !backend_.replay_step_graph(it->second.first)) {
-    const int graph_id =
-        it == graphs_.end() ? static_cast<int>(graphs_.size()) + 1 : it->second.first;
-    backend_.begin_graph_capture();
-    Tensor logits;
-    try {
-      logits = run_layers(padded, cache);
-    } catch (...) {
-      backend_.end_graph_capture(-1);
-      backend_.end_step();
-      throw;
-    }
-    backend_.end_graph_capture(graph_id);
-    it = graphs_.insert_or_assign(key, std::make_pair(graph_id, logits)).first;
+  if (it != graphs_.end() && it->second.id != 0 && backend_.replay_step_graph(it->second.id))
+    return it->second.logits.slice(0, 0, rows);
+  if (it == graphs_.end()) {
+    graphs_[key] = StepGraph{};
+    return run_layers(padded, cache).slice(0, 0, rows);
   }
-  backend_.end_step();
-  return it->second.second.slice(0, 0, static_cast<int64_t>(plan.logit_rows.size()));
+  backend_.begin_graph_capture();
+  Tensor logits;
+  try {
+    logits = run_layers(padded, cache);
+  } catch (...) {
+    backend_.abort_graph_capture();
+    throw;
+  }
+  it->second.id = backend_.end_graph_capture();
+  it->second.logits = logits;
+  return logits.slice(0, 0, rows);
 }
 
 int Model::graph_bucket(int rows) const {
@@ -239,6 +261,8 @@ Tensor Model::run_layers(const StepPlan& plan, LatentCache& cache) {
   if (num_layers > 0) backend_.rms_norm(x, layers_[0].input_layernorm, eps, normed);
   for (int i = 0; i < num_layers; ++i) {
     const LayerWeights& layer = layers_[i];
+    // The layer's intermediates are dead once its output is in x and normed.
+    const size_t scratch = backend_.scratch_mark();
     backend_.add_rms_norm(x, mla_attention(layer, normed, cache.layers[i], plan),
                           layer.post_attention_layernorm, eps, normed);
     const Tensor mlp_out = layer.is_moe
@@ -248,6 +272,7 @@ Tensor Model::run_layers(const StepPlan& plan, LatentCache& cache) {
       backend_.add_rms_norm(x, mlp_out, layers_[i + 1].input_layernorm, eps, normed);
     else
       backend_.add(x, mlp_out);
+    backend_.scratch_release(scratch);
   }
 
   const int64_t rows = static_cast<int64_t>(plan.logit_rows.size());

@@ -131,13 +131,19 @@ class Model {
   float softmax_scale_ = 0.f;
   ref::MoeRoutingParams routing_;
   // Step graphs: the logits tensor each recording leaves, by (cache, bucket) key.
+  // Step graphs: by (every layer's cache address, pages, bucket), the backend's recording id
+  // (0: warmed up by one eager step, not recorded yet) and the logits tensor it leaves.
   struct GraphKey {
-    const void* cache = nullptr;
+    std::vector<const void*> cache_layers;
     int num_pages = 0;
     int bucket = 0;
     auto operator<=>(const GraphKey&) const = default;
   };
-  std::map<GraphKey, std::pair<int, Tensor>> graphs_;  // key -> (backend graph id, logits)
+  struct StepGraph {
+    int id = 0;
+    Tensor logits;
+  };
+  std::map<GraphKey, StepGraph> graphs_;
 };
 
 }  // namespace mla::model

@@ -60,6 +60,8 @@ struct StepPlan {
   std::vector<int32_t> decode_seqlens;
   std::vector<int32_t> decode_block_table;
   int decode_max_pages = 0;
+  int decode_num_heads =
+      0;  // query heads of the decode op (set by the model: plan it in begin_step)
   // Prefill rows: causal self-attention among each sequence's new tokens (rows relative to row
   // num_decode_tokens), then each context chunk.
   std::vector<AttentionSpan> prefill_spans;
