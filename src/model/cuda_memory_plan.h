@@ -5,8 +5,9 @@
 // cache pages (memory_plan.h: plan_kv_cache). The caller then allocates the cache
 // (engine::ModelCacheRunner(model, plan.num_pages)).
 //
-// The subtle things: the arena is a bump allocator reset per step, so its peak grows with the
-// layers and with the cached context a prefill attends to: the profile gives its first prefill
+// The subtle things: the arena is a bump allocator reset per step whose scratch is released after
+// each layer, so its peak is one layer's worst, which grows with the cached context a prefill
+// attends to (gathered and up-projected per context chunk): the profile gives its first prefill
 // sequence max_model_len tokens in all (context + new). And CUDA graphs take device memory outside
 // the arena: the decode profile step captures the largest bucket's graph, its cost is measured
 // (free memory before and after) and reserved once per bucket.
