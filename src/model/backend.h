@@ -131,7 +131,8 @@ class Backend {
   virtual void rope(Tensor& x, const RopeTable& rope) = 0;
 
   // --- MLA.
-  // cache [num_pages, page_size, latent_dim] at plan.slot_mapping[t] = latent [T, latent_dim][t].
+  // cache [num_pages, page_size, latent_dim] at plan.slot_mapping[t] = latent [T, latent_dim][t];
+  // a negative slot (a padding row of a step graph) writes nothing.
   virtual void write_latent_cache(const Tensor& latent, Tensor& cache) = 0;
   // The MLA latent of every token, fused: from kv_a [T, kv_lora_rank + rotary_dim] (the
   // kv_a_proj_with_mqa output), latent [T, latent_dim] = [rms_norm(kv_c) · norm_weight |

@@ -204,7 +204,8 @@ void CpuBackend::write_latent_cache(const Tensor& latent, Tensor& cache) {
   const int64_t slots = cache.shape[0] * cache.shape[1];
   for (int t = 0; t < step.num_tokens; ++t) {
     const int64_t slot = step.slot_mapping[t];
-    MLA_CHECK(slot >= 0 && slot < slots);
+    if (slot < 0) continue;  // a padding row (pad_decode_plan): no latent to keep
+    MLA_CHECK_LT(slot, slots);
     std::memcpy(cache.as<float>() + slot * cache.shape[2], row_pointer<float>(latent, t),
                 cache.shape[2] * sizeof(float));
   }
