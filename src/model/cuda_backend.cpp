@@ -793,8 +793,11 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
                             const ref::MoeRoutingParams& params, Tensor& expert_ids,
                             Tensor& expert_weights) {
   MLA_CHECK(router_logits.dtype == DType::kF32 && router_logits.rank == 2);
+  MLA_CHECK_EQ(router_logits.shape[1], params.num_experts);
   MLA_CHECK(expert_ids.dtype == DType::kI32 && expert_ids.is_contiguous());
   MLA_CHECK(expert_weights.dtype == DType::kF32 && expert_weights.is_contiguous());
+  MLA_CHECK_EQ(expert_ids.shape[1], params.top_k);
+  MLA_CHECK_EQ(expert_weights.shape[1], params.top_k);
   kernels::MoeRouteParams p{};
   p.num_experts = params.num_experts;
   p.top_k = params.top_k;
