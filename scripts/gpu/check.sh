@@ -118,20 +118,24 @@ fi
 # JSON objects in bench-model.json.
 if build-gpu/mla bench throughput --help >/dev/null 2>&1; then
   model_args=(--model-preset deepseek-v2-lite --load-format dummy --json)
+  json_or_null() { if [ -s "$1" ]; then cat "$1"; else echo null; fi; }
+  write_model_json() {
+    printf '{"commit": "%s",\n"step": %s,\n"throughput": %s}\n' "$commit" \
+      "$(json_or_null build-gpu/bench-step.json)" "$(json_or_null build-gpu/bench-throughput.json)" \
+      >"$out/bench-model.json"
+  }
   rm -f build-gpu/bench-step.json build-gpu/bench-throughput.json
   step "model step benchmark (batch 128, context 2048)"
   echo "== mla bench step" >>"$out/bench-decode.txt"
   timeout -k 10 120 build-gpu/mla bench step "${model_args[@]}" --batch 128 --context 2048 \
     >build-gpu/bench-step.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
+  write_model_json  # now too: a call cut short in the throughput run keeps the step's JSON
   step "model throughput benchmark (1000/1000, 256 prompts, 256 concurrent)"
   echo "== mla bench throughput" >>"$out/bench-decode.txt"
   timeout -k 10 240 build-gpu/mla bench throughput "${model_args[@]}" --input-len 1000 \
     --output-len 1000 --num-prompts 256 --max-concurrency 256 \
     >build-gpu/bench-throughput.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
-  json_or_null() { if [ -s "$1" ]; then cat "$1"; else echo null; fi; }
-  printf '{"commit": "%s",\n"step": %s,\n"throughput": %s}\n' "$commit" \
-    "$(json_or_null build-gpu/bench-step.json)" "$(json_or_null build-gpu/bench-throughput.json)" \
-    >"$out/bench-model.json"
+  write_model_json
   sed -n '/== mla bench step/,$p' "$out/bench-decode.txt" | tr '\r' '\n' |
     grep -vE "^mla bench: (requests|loading weights) \[" | grep -v '^$'
 else

@@ -225,13 +225,16 @@ void CudaBackend::copy_to_host(const Tensor& src, float* dst) {
   const int64_t count = dims.d[0] * dims.d[1] * dims.d[2];
   if (count == 0) return;
   // Densify and convert to fp32 on the device, then one copy back.
-  cuda::DeviceBuffer<float> dense(count);
+  // A kept staging buffer: no cudaMalloc/cudaFree (an implicit device sync) per call.
+  if (host_copy_scratch_.size() < static_cast<size_t>(count))
+    host_copy_scratch_ = cuda::DeviceBuffer<float>(count);
+  float* dense = host_copy_scratch_.data();
   kernels::launch_copy(
       strided3d(src, dims, "copy_to_host source"),
-      kernels::Strided3D{dense.data(), ScalarType::kF32, dims.d[1] * dims.d[2], dims.d[2]},
+      kernels::Strided3D{dense, ScalarType::kF32, dims.d[1] * dims.d[2], dims.d[2]},
       dims.d[0], dims.d[1], dims.d[2], stream_);
   MLA_CUDA_CHECK(
-      cudaMemcpyAsync(dst, dense.data(), count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      cudaMemcpyAsync(dst, dense, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
