@@ -231,8 +231,8 @@ void CudaBackend::copy_to_host(const Tensor& src, float* dst) {
   float* dense = host_copy_scratch_.data();
   kernels::launch_copy(
       strided3d(src, dims, "copy_to_host source"),
-      kernels::Strided3D{dense, ScalarType::kF32, dims.d[1] * dims.d[2], dims.d[2]},
-      dims.d[0], dims.d[1], dims.d[2], stream_);
+      kernels::Strided3D{dense, ScalarType::kF32, dims.d[1] * dims.d[2], dims.d[2]}, dims.d[0],
+      dims.d[1], dims.d[2], stream_);
   MLA_CUDA_CHECK(
       cudaMemcpyAsync(dst, dense, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
