@@ -10,6 +10,9 @@
 # machine returns at most 8 files). A broken extension build does not stop the rest: the project is
 # then rebuilt without it and the run fails at the end.
 #   scripts/gpu/check.sh [full|quick]   (full: the whole benchmark sweep)
+# Order: build, GPU tests, the whole-model benchmarks, the decode benchmark, the Python suite, the
+# CPU tests and the demo (what matters most first, in case the call's time runs out).
+# MLA_SKIP_PYTHON=1 builds without the PyTorch extension and skips its suite.
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +42,9 @@ configure_and_build() {
   cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
     -DMLA_DEPS_DIR="$PWD/.carry/deps" "$@" && cmake --build build-gpu -j "$(nproc)"
 }
-if ! configure_and_build -DMLA_BUILD_PYTHON=AUTO >"$out/build.log" 2>&1; then
+python_mode=AUTO
+[ -n "${MLA_SKIP_PYTHON:-}" ] && python_mode=OFF  # saves the extension's build and its suite
+if ! configure_and_build -DMLA_BUILD_PYTHON=$python_mode >"$out/build.log" 2>&1; then
   echo "BUILD FAILED with the Python extension (MLA_BUILD_PYTHON=AUTO); again without it"
   grep -E "error|Error" "$out/build.log" | head -20
   status=1
@@ -53,6 +58,61 @@ grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "mla_d
 step "GPU tests"
 (cd build-gpu && ctest -L gpu --output-on-failure --timeout 600) >"$out/ctest-gpu.log" 2>&1 || status=1
 tail -25 "$out/ctest-gpu.log"
+
+# The whole model (DeepSeek-V2-Lite shapes, dummy weights): one decode step at batch 128 and 2k
+# context against the HBM roofline, then offline throughput at 1000/1000 with 256 concurrent
+# requests. Each under a timeout, so a hang cannot eat the call; text to bench-decode.txt, the two
+# JSON objects in bench-model.json.
+if build-gpu/mla bench throughput --help >/dev/null 2>&1; then
+  model_args=(--model-preset deepseek-v2-lite --load-format dummy --json)
+  json_or_null() { if [ -s "$1" ]; then cat "$1"; else echo null; fi; }
+  write_model_json() {
+    printf '{"commit": "%s",\n"step": %s,\n"throughput": %s}\n' "$commit" \
+      "$(json_or_null build-gpu/bench-step.json)" "$(json_or_null build-gpu/bench-throughput.json)" \
+      >"$out/bench-model.json"
+  }
+  rm -f build-gpu/bench-step.json build-gpu/bench-throughput.json
+  step "model step benchmark (batch 128, context 2048)"
+  echo "== mla bench step" >>"$out/bench-decode.txt"
+  timeout -k 10 120 build-gpu/mla bench step "${model_args[@]}" --batch 128 --context 2048 \
+    >build-gpu/bench-step.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
+  write_model_json  # now too: a call cut short in the throughput run keeps the step's JSON
+  step "model throughput benchmark (1000/1000, 256 prompts, 256 concurrent)"
+  echo "== mla bench throughput" >>"$out/bench-decode.txt"
+  timeout -k 10 240 build-gpu/mla bench throughput "${model_args[@]}" --input-len 1000 \
+    --output-len 1000 --num-prompts 256 --max-concurrency 256 \
+    >build-gpu/bench-throughput.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
+  write_model_json
+  sed -n '/== mla bench step/,$p' "$out/bench-decode.txt" | tr '\r' '\n' |
+    grep -vE "^mla bench: (requests|loading weights) \[" | grep -v '^$'
+else
+  echo "this build has no \`mla bench throughput\`: model benchmarks skipped"
+fi
+
+step "decode benchmark ($mode)"
+bench_args=(--json "$out/bench-decode.json" --commit "$commit")
+[ "$mode" = quick ] && bench_args+=(--quick)
+echo "== mla bench decode" >>"$out/bench-decode.txt"  # after the model benchmarks' text
+build-gpu/mla bench decode "${bench_args[@]}" >build-gpu/bench-decode-table.txt 2>/dev/null || status=1
+cat build-gpu/bench-decode-table.txt | tee -a "$out/bench-decode.txt"
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >>"$out/env.txt" 2>&1
+
+# Optional: Nsight Compute on some configurations (MLA_PROFILE="b,s_q,h_q,s_k[;b,s_q,h_q,s_k...]"),
+# the split-KV kernel of the fast path, clocks left alone.
+if [ -n "${MLA_PROFILE:-}" ] && command -v ncu >/dev/null; then
+  : >"$out/ncu.txt"
+  IFS=';' read -ra profile_configs <<<"$MLA_PROFILE"
+  for config in "${profile_configs[@]}"; do
+    step "ncu profile of $config"
+    echo "=== $config" >>"$out/ncu.txt"
+    ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:mla_decode_splitkv \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section SchedulerStats --section LaunchStats \
+        build-gpu/mla bench decode --only "$config" --runs 1 --kernel fast --flashmla-ref "" \
+        >>"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
+  done
+  grep -E "^===|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" "$out/ncu.txt"
+fi
 
 step "Python extension: pytest suite and API benchmark ($mode)"
 if compgen -G "build-gpu/python/mla_decode/_C*.so" >/dev/null; then
@@ -87,60 +147,6 @@ step "demo"
 build-gpu/mla demo >build-gpu/demo.log 2>&1 || status=1
 { echo "== demo"; cat build-gpu/demo.log; } >>"$out/ctest-cpu.log"
 cat build-gpu/demo.log
-
-step "decode benchmark ($mode)"
-bench_args=(--json "$out/bench-decode.json" --commit "$commit")
-[ "$mode" = quick ] && bench_args+=(--quick)
-build-gpu/mla bench decode "${bench_args[@]}" >"$out/bench-decode.txt" 2>/dev/null || status=1
-nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >>"$out/env.txt" 2>&1
-cat "$out/bench-decode.txt"
-
-# Optional: Nsight Compute on some configurations (MLA_PROFILE="b,s_q,h_q,s_k[;b,s_q,h_q,s_k...]"),
-# the split-KV kernel of the fast path, clocks left alone.
-if [ -n "${MLA_PROFILE:-}" ] && command -v ncu >/dev/null; then
-  : >"$out/ncu.txt"
-  IFS=';' read -ra profile_configs <<<"$MLA_PROFILE"
-  for config in "${profile_configs[@]}"; do
-    step "ncu profile of $config"
-    echo "=== $config" >>"$out/ncu.txt"
-    ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:mla_decode_splitkv \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-        --section ComputeWorkloadAnalysis --section SchedulerStats --section LaunchStats \
-        build-gpu/mla bench decode --only "$config" --runs 1 --kernel fast --flashmla-ref "" \
-        >>"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
-  done
-  grep -E "^===|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" "$out/ncu.txt"
-fi
-
-# The whole model (DeepSeek-V2-Lite shapes, dummy weights): one decode step at batch 128 and 2k
-# context against the HBM roofline, then offline throughput at 1000/1000 with 256 concurrent
-# requests. Each under a timeout, so a hang cannot eat the call; text to bench-decode.txt, the two
-# JSON objects in bench-model.json.
-if build-gpu/mla bench throughput --help >/dev/null 2>&1; then
-  model_args=(--model-preset deepseek-v2-lite --load-format dummy --json)
-  json_or_null() { if [ -s "$1" ]; then cat "$1"; else echo null; fi; }
-  write_model_json() {
-    printf '{"commit": "%s",\n"step": %s,\n"throughput": %s}\n' "$commit" \
-      "$(json_or_null build-gpu/bench-step.json)" "$(json_or_null build-gpu/bench-throughput.json)" \
-      >"$out/bench-model.json"
-  }
-  rm -f build-gpu/bench-step.json build-gpu/bench-throughput.json
-  step "model step benchmark (batch 128, context 2048)"
-  echo "== mla bench step" >>"$out/bench-decode.txt"
-  timeout -k 10 120 build-gpu/mla bench step "${model_args[@]}" --batch 128 --context 2048 \
-    >build-gpu/bench-step.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
-  write_model_json  # now too: a call cut short in the throughput run keeps the step's JSON
-  step "model throughput benchmark (1000/1000, 256 prompts, 256 concurrent)"
-  echo "== mla bench throughput" >>"$out/bench-decode.txt"
-  timeout -k 10 240 build-gpu/mla bench throughput "${model_args[@]}" --input-len 1000 \
-    --output-len 1000 --num-prompts 256 --max-concurrency 256 \
-    >build-gpu/bench-throughput.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
-  write_model_json
-  sed -n '/== mla bench step/,$p' "$out/bench-decode.txt" | tr '\r' '\n' |
-    grep -vE "^mla bench: (requests|loading weights) \[" | grep -v '^$'
-else
-  echo "this build has no \`mla bench throughput\`: model benchmarks skipped"
-fi
 
 step "done, status $status"
 exit $status
