@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "model/roofline.h"
 #include "tools/mla/commands.h"
@@ -46,6 +48,16 @@
 namespace mla::tools {
 namespace {
 
+// The process's resident set in MB (Linux /proc/self/statm), 0 where unreadable.
+double resident_memory_mb() {
+  std::FILE* file = std::fopen("/proc/self/statm", "r");
+  if (file == nullptr) return 0;
+  long pages_total = 0, pages_resident = 0;
+  const int read = std::fscanf(file, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(file);
+  return read == 2 ? pages_resident * (sysconf(_SC_PAGESIZE) / 1048576.0) : 0;
+}
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
@@ -59,7 +71,8 @@ struct ThroughputOptions {
   int max_num_batched_tokens = 2048;
   uint64_t seed = 0;
   bool json = false;
-  bool record_graphs = true;  // every decode bucket's step graph before the run
+  bool record_graphs = true;   // every decode bucket's step graph before the run
+  double sample_seconds = 10;  // timeline interval (stability runs: tok/s and memory over time)
 };
 
 struct StepOptions {
@@ -233,12 +246,31 @@ void run_bench_throughput(ThroughputOptions o) {
         ++finished;
       }
     });
+  // The timeline: every sample_seconds, output tokens so far, free device memory and the
+  // process's resident memory, so a long run shows whether throughput holds and memory stays put.
+  struct Sample {
+    double seconds = 0;
+    int64_t output_tokens = 0;
+    int finished = 0;
+    double device_free_gb = 0;
+    double host_rss_mb = 0;
+  };
+  std::vector<Sample> timeline;
+  auto take_sample = [&](double seconds) {
+    size_t free_bytes = 0, total_bytes = 0;
+    MLA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    timeline.push_back(
+        {seconds, output_tokens.load(), finished.load(), free_bytes / 1e9, resident_memory_mb()});
+  };
+  take_sample(0);
   while (finished < o.num_prompts) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (seconds >= timeline.back().seconds + o.sample_seconds) take_sample(seconds);
     print_bar("mla bench: requests", finished, o.num_prompts,
               fmt::format("{:.0f} s, {:.0f} output tok/s", seconds, output_tokens / seconds));
   }
+  take_sample(std::chrono::duration<double>(Clock::now() - start).count());
   for (std::thread& client : clients) client.join();
   Clock::time_point last_end = start;
   for (const Result& r : results) last_end = std::max(last_end, r.end);
@@ -297,6 +329,37 @@ void run_bench_throughput(ThroughputOptions o) {
       "replays {}; preemptions {}",
       mixed_ms.size(), median_of(mixed_tokens), median_of(mixed_ms), cuda.stats().graphs_captured,
       cuda.stats().graph_replays, engine.snapshot().preemptions);
+  // Throughput per interval and the memory drift over the run (the stability check).
+  json timeline_json = json::array();
+  std::vector<double> interval_tok_s;
+  for (size_t i = 0; i < timeline.size(); ++i) {
+    const Sample& t = timeline[i];
+    double tok_s = 0;
+    if (i > 0 && t.seconds > timeline[i - 1].seconds)
+      tok_s =
+          (t.output_tokens - timeline[i - 1].output_tokens) / (t.seconds - timeline[i - 1].seconds);
+    if (i > 0) interval_tok_s.push_back(tok_s);
+    timeline_json.push_back({{"s", t.seconds},
+                             {"finished", t.finished},
+                             {"output_tokens", t.output_tokens},
+                             {"interval_output_tok_per_s", tok_s},
+                             {"device_free_GB", t.device_free_gb},
+                             {"host_rss_MB", t.host_rss_mb}});
+  }
+  if (timeline.size() >= 2) {
+    double device_min = timeline[0].device_free_gb, device_max = device_min;
+    for (const Sample& t : timeline) {
+      device_min = std::min(device_min, t.device_free_gb);
+      device_max = std::max(device_max, t.device_free_gb);
+    }
+    say(js,
+        "timeline ({} samples every {:.0f} s): interval output tok/s median {:.0f} (min {:.0f}, "
+        "max {:.0f}); free device memory {:.2f}..{:.2f} GB; host RSS {:.0f} -> {:.0f} MB",
+        timeline.size(), o.sample_seconds, median_of(interval_tok_s),
+        *std::min_element(interval_tok_s.begin(), interval_tok_s.end()),
+        *std::max_element(interval_tok_s.begin(), interval_tok_s.end()), device_min, device_max,
+        timeline.front().host_rss_mb, timeline.back().host_rss_mb);
+  }
   if (js) {
     const json out = {
         {"bench", "throughput"},
@@ -342,7 +405,8 @@ void run_bench_throughput(ThroughputOptions o) {
           {"median_tokens", median_of(mixed_tokens)},
           {"ms", spread(mixed_ms).to_json()}}},
         {"graphs",
-         {{"captured", cuda.stats().graphs_captured}, {"replays", cuda.stats().graph_replays}}}};
+         {{"captured", cuda.stats().graphs_captured}, {"replays", cuda.stats().graph_replays}}},
+        {"timeline", timeline_json}};
     std::printf("%s\n", out.dump(1).c_str());
   }
   if (errors > 0) throw_error("{} of {} requests failed: {}", errors, o.num_prompts, first_error);
@@ -482,6 +546,10 @@ void add_bench_model_commands(CLI::App* bench) {
       ->capture_default_str();
   t->add_option("--seed", throughput->seed, "Seed of the random prompts")->capture_default_str();
   t->add_flag("--json", throughput->json, "Print one JSON object on stdout (text to stderr)");
+  t->add_option("--sample-seconds", throughput->sample_seconds,
+                "Interval of the timeline (output tok/s, free device memory, host RSS)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   t->add_flag("!--no-graph-warmup", throughput->record_graphs,
               "Record the step graphs during the run instead of before it");
   t->callback([throughput] { run_bench_throughput(*throughput); });
