@@ -144,6 +144,25 @@ MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t 
   return bytes <= max_merge_bytes ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
 }
 
+const char* to_string(MlaDecodeSchedule schedule) {
+  switch (schedule) {
+    case MlaDecodeSchedule::kAuto:
+      return "auto";
+    case MlaDecodeSchedule::kLockstep:
+      return "lockstep";
+    case MlaDecodeSchedule::kSeesaw:
+      return "seesaw";
+  }
+  return "unknown";
+}
+
+MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
+  if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeSchedule::kLockstep;
+  if (params.schedule != MlaDecodeSchedule::kAuto) return params.schedule;
+  static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 1);
+  return from_environment == 0 ? MlaDecodeSchedule::kLockstep : MlaDecodeSchedule::kSeesaw;
+}
+
 const char* to_string(MlaDecodeKernel kernel) {
   switch (kernel) {
     case MlaDecodeKernel::kBaseline:
@@ -317,7 +336,11 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    decode::launch_splitkv_wgmma(args, fused_combine, stream);
+    if (resolved_decode_schedule(params) == MlaDecodeSchedule::kSeesaw) {
+      decode::launch_splitkv_seesaw(args, fused_combine, stream);
+    } else {
+      decode::launch_splitkv_wgmma(args, fused_combine, stream);
+    }
   }
   if (!fused_combine) decode::launch_combine_kernel(args, fast, stream);
 }

@@ -2,6 +2,7 @@
 // rejected with a message naming it, the expected and the actual value.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -168,6 +169,24 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.max_pages_per_seq = 64;  // b = 8, s_k = 4096: 18 pieces, 576 KiB
   EXPECT_EQ(resolved_decode_combine(p, kFusedCombineMaxMergeBytes), MlaDecodeCombine::kFused);
   EXPECT_STREQ(to_string(MlaDecodeCombine::kFused), "fused");
+}
+
+TEST(MlaDecodeArgs, ResolvedSchedule) {
+  MlaDecodeParams p;
+  p.schedule = MlaDecodeSchedule::kSeesaw;
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);  // kBaseline: always
+  p.kernel = MlaDecodeKernel::kFast;
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesaw);
+  p.schedule = MlaDecodeSchedule::kLockstep;  // forced either way
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
+  // kAuto: seesaw unless MLA_DECODE_SEESAW=0 (read once per process; ctest leaves it unset).
+  p.schedule = MlaDecodeSchedule::kAuto;
+  const char* env = std::getenv("MLA_DECODE_SEESAW");
+  const bool lockstep = env != nullptr && std::string(env) == "0";
+  EXPECT_EQ(resolved_decode_schedule(p),
+            lockstep ? MlaDecodeSchedule::kLockstep : MlaDecodeSchedule::kSeesaw);
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesaw), "seesaw");
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kLockstep), "lockstep");
 }
 
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {

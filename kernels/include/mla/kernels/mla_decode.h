@@ -48,6 +48,15 @@ enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
 inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
 
+// Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
+// body; kBaseline: always the lockstep body). kLockstep: kBaseline's wgmma body, both warpgroups
+// doing S, softmax and P·V together. kSeesaw: the two warpgroups alternate pages, one computing a
+// whole page's S while the other runs P·V (docs/kernels/mla_decode.md). kAuto: kSeesaw, unless the
+// environment variable MLA_DECODE_SEESAW is 0 (read once per process; for A/B measurements);
+// resolved_decode_schedule() says which.
+enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw };
+const char* to_string(MlaDecodeSchedule schedule);
+
 struct MlaDecodePlanParams {
   const int32_t* seqlens = nullptr;  // [batch] int32, device
   int batch = 0;
@@ -93,7 +102,8 @@ struct MlaDecodeParams {
   void* workspace = nullptr;  // the plan's workspace (holds the plan and split-KV partials)
   size_t workspace_bytes = 0;
   MlaDecodeKernel kernel = MlaDecodeKernel::kBaseline;
-  MlaDecodeCombine combine = MlaDecodeCombine::kAuto;  // kFast only
+  MlaDecodeCombine combine = MlaDecodeCombine::kAuto;     // kFast only
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;  // kFast only, > 16 rows per kv head
 
   // Fills every stride for contiguous tensors of the documented shapes.
   void set_contiguous_strides();
@@ -140,6 +150,10 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 // environment's MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set).
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
                                          int64_t max_merge_bytes = -1);
+// The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
+// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (0: kLockstep, unset
+// or 1: kSeesaw; any other value throws mla::Error).
+MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
 int plan_min_cost_per_part(const MlaDecodePlanParams& params);
