@@ -196,7 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // other warpgroup's page), then the softmax and P·V of page t. The flags are compile-time so
     // that every wgmma wait sees the same groups on every path (ptxas tracks wgmmas in flight
     // along all paths, feasible or not, and serializes them where it cannot prove a wait covers
-    // them). Accumulators are written by ordinary instructions only while no wgmma is in flight.
+    // them). S is issued before the wait for the other's page, so it runs during that wait; an
+    // accumulator is written by ordinary instructions only while no wgmma accumulating into it is
+    // in flight (O is rescaled while S runs), and read only after a wait that covers it.
     auto iteration = [&](int t, auto own_flag, auto prev_flag) {
       constexpr bool kOwn = decltype(own_flag)::value;
       constexpr bool kPrev = decltype(prev_flag)::value;
@@ -204,24 +206,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
       if (t >= 2) release(t - 2);
-      if constexpr (kPrev) {  // page t − 1 belongs to the other warpgroup: wait for its publication
-        seesaw_barrier_sync(kSeesawReadyBarrier + (1 - group), kThreads);
-        float alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          alpha[h] = smem.page_alpha[my_rows[h]];
-          row_max_run[h] = smem.page_max[my_rows[h]];
-          row_sum_part[h] *= alpha[h];
-        }
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o_acc[4 * i + 0] *= alpha[0];
-          o_acc[4 * i + 1] *= alpha[0];
-          o_acc[4 * i + 2] *= alpha[1];
-          o_acc[4 * i + 3] *= alpha[1];
-        }
-        wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
-      }
       float s_acc[32];
       if constexpr (kOwn) {
         wait_page(t);
@@ -241,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 32; ++i) s_acc[i] = 0.f;
       }
-      wgmma::fence();  // the zeroed S and the rescaled O before the wgmmas that accumulate them
       if constexpr (kOwn) {
+        wgmma::fence();  // the zeroed S before the wgmmas that accumulate it
         const uint32_t kv_stage = stage_smem(t);
 #pragma unroll
         for (int kk = 0; kk < kKSteps; ++kk) {
@@ -253,6 +237,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       if constexpr (kOwn) wgmma::commit_group();  // S of page t
+      if constexpr (kPrev) {  // page t − 1 belongs to the other warpgroup: wait for its publication
+        seesaw_barrier_sync(kSeesawReadyBarrier + (1 - group), kThreads);
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          alpha[h] = smem.page_alpha[my_rows[h]];
+          row_max_run[h] = smem.page_max[my_rows[h]];
+          row_sum_part[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          o_acc[4 * i + 0] *= alpha[0];
+          o_acc[4 * i + 1] *= alpha[0];
+          o_acc[4 * i + 2] *= alpha[1];
+          o_acc[4 * i + 3] *= alpha[1];
+        }
+        wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
+        wgmma::fence();    // the rescaled O before the wgmmas that accumulate it
+      }
       if constexpr (kPrev) {
 #pragma unroll
         for (int ks = 0; ks < kPageTokens / 16; ++ks) {

@@ -31,9 +31,10 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies with the
-// combine fused in where it is cheap (MlaDecodeCombine): the last CTA of a split sequence to finish
-// merges its partials (arrival counters in the workspace), so kFast is one kernel launch there.
+// kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body, the
+// seesaw wgmma body above 16 rows (MlaDecodeSchedule), and the combine fused in where it is cheap
+// (MlaDecodeCombine): the last CTA of a split sequence to finish merges its partials (arrival
+// counters in the workspace), so kFast is one kernel launch there.
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
 
@@ -98,12 +99,14 @@ struct MlaDecodeParams {
   int64_t out_batch_stride = 0, out_seq_stride = 0, out_head_stride = 0;
   float* lse = nullptr;  // [b, h_q, s_q] fp32, contiguous, natural log
 
-  int num_sms = 0;            // as given to the plan
+  int num_sms = 0;  // as given to the plan
+  // kFast only, > 16 rows per kv head. Declared here, in the padding before `workspace`, so the
+  // kernels' argument layout (and kBaseline's SASS) is the same as without it.
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;
   void* workspace = nullptr;  // the plan's workspace (holds the plan and split-KV partials)
   size_t workspace_bytes = 0;
   MlaDecodeKernel kernel = MlaDecodeKernel::kBaseline;
-  MlaDecodeCombine combine = MlaDecodeCombine::kAuto;     // kFast only
-  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;  // kFast only, > 16 rows per kv head
+  MlaDecodeCombine combine = MlaDecodeCombine::kAuto;  // kFast only
 
   // Fills every stride for contiguous tensors of the documented shapes.
   void set_contiguous_strides();
