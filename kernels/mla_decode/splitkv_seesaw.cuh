@@ -310,8 +310,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma::wait_group<0>();  // this warpgroup's P·V of page t − 1 read the P buffer and stage
         seesaw_fence_operands(o_acc);
-        if constexpr (kPrev) release(t - 1);
-          // Publish P (swizzled like a tile block), α and the running max for the other warpgroup.
+        if constexpr (kPrev) {
+          release(t - 1);
+        }
+        // Publish P (swizzled like a tile block), α and the running max for the other warpgroup.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = my_rows[h];
