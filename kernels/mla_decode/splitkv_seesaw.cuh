@@ -10,9 +10,10 @@
 //                     publishes α_j (O rescale) and the running row max, then O_g = O_g·α_j +
 //                     P_j·V_j (4 × wgmma m64n256k16, A from registers, V MN-major).
 //   the other one:    waits for page j's publication, O_g = O_g·α_j + P_j·V_j (P from smem).
-// Per iteration a warpgroup issues S of its next page first, then the P·V of the other's last
-// page, then its softmax: while one warpgroup's softmax runs the other's wgmmas keep the tensor
-// cores busy (issue 3; the lockstep body had them 52 % busy).
+// Per iteration a warpgroup issues S of its next page and the P·V of the other's last page, then
+// runs its softmax: while one warpgroup's softmax runs the other's wgmmas keep the tensor cores
+// busy (issue 3; the lockstep body had them 52 % busy). kSFirst: S first (compute-bound tiles);
+// else the P·V first, which frees its stage earlier (memory-bound tiles; see the loop).
 //
 // The one subtle thing: there is ONE P buffer and ONE (α, max) slot in shared memory. The owner
 // of page j writes them only after its own P·V of page j−1 (which read P_{j−1} from that buffer)
@@ -97,7 +98,7 @@ __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, 
   }
 }
 
-template <bool kFusedCombine>
+template <bool kFusedCombine, bool kSFirst>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_seesaw_kernel(const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -196,18 +197,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     // other warpgroup's page), then the softmax and P·V of page t. The flags are compile-time so
     // that every wgmma wait sees the same groups on every path (ptxas tracks wgmmas in flight
     // along all paths, feasible or not, and serializes them where it cannot prove a wait covers
-    // them). S is issued before the wait for the other's page, so it runs during that wait; an
-    // accumulator is written by ordinary instructions only while no wgmma accumulating into it is
-    // in flight (O is rescaled while S runs), and read only after a wait that covers it.
+    // them). An accumulator is written by ordinary instructions only while no wgmma accumulating
+    // into it is in flight, and read only after a wait that covers it.
+    // Order in the steady state (kSFirst): S of page t is issued before the wait for the other's
+    // page t − 1, so S runs while the other warpgroup finishes its softmax: the seesaw proper,
+    // for compute-bound tiles. Else P·V of page t − 1 first: it completes first, and its stage is
+    // released (page t + 1 issued) before S of page t ends, about a page earlier: for memory-bound
+    // tiles, which need the next page in flight more than the overlap.
     auto iteration = [&](int t, auto own_flag, auto prev_flag) {
       constexpr bool kOwn = decltype(own_flag)::value;
       constexpr bool kPrev = decltype(prev_flag)::value;
+      constexpr bool kPvFirst = kOwn && kPrev && !kSFirst;
       // This warpgroup's P·V of page t − 2 (own), the one group in flight (none at t = 0, 1).
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
       if (t >= 2) release(t - 2);
       float s_acc[32];
-      if constexpr (kOwn) {
+      // S of page t (own): wait for the page, zero its tail, issue 36 wgmmas, one group.
+      auto issue_s = [&]() {
         wait_page(t);
         const int tokens_valid = piece.seqlen - (piece.page_begin + t) * kPageTokens;
         if (tokens_valid < kPageTokens) {  // the sequence's last page: zero the rows past its end
@@ -224,8 +231,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
 #pragma unroll
         for (int i = 0; i < 32; ++i) s_acc[i] = 0.f;
-      }
-      if constexpr (kOwn) {
         wgmma::fence();  // the zeroed S before the wgmmas that accumulate it
         const uint32_t kv_stage = stage_smem(t);
 #pragma unroll
@@ -235,9 +240,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint64_t desc_k = wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024);
           wgmma::mma_m64n64k16_bf16(s_acc, desc_q, desc_k);
         }
-      }
-      if constexpr (kOwn) wgmma::commit_group();  // S of page t
-      if constexpr (kPrev) {  // page t − 1 belongs to the other warpgroup: wait for its publication
+        wgmma::commit_group();
+      };
+      // P·V of page t − 1 (the other warpgroup's): wait for its publication, rescale O, one group.
+      auto issue_pv_of_other = [&]() {
         seesaw_barrier_sync(kSeesawReadyBarrier + (1 - group), kThreads);
         float alpha[2];
 #pragma unroll
@@ -255,18 +261,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
         wgmma::fence();    // the rescaled O before the wgmmas that accumulate it
-      }
-      if constexpr (kPrev) {
 #pragma unroll
         for (int ks = 0; ks < kPageTokens / 16; ++ks) {
           const uint64_t desc_p = wgmma::smem_descriptor(p_smem + ks * 32, 0, 1024);
           wgmma::mma_m64n256k16_bf16_b_mn_major(o_acc, desc_p, desc_v(t - 1, ks));
         }
-      }
-      if constexpr (kPrev) wgmma::commit_group();  // P·V of page t − 1
+        wgmma::commit_group();
+      };
+      if constexpr (kPvFirst) issue_pv_of_other();
+      if constexpr (kOwn) issue_s();
+      if constexpr (kPrev && !kPvFirst) issue_pv_of_other();
 
       if constexpr (kOwn) {
-        if constexpr (kPrev) {
+        if constexpr (kPvFirst) {
+          wgmma::wait_group<1>();  // the P·V of page t − 1: release its stage early
+          seesaw_fence_operands(o_acc);
+          release(t - 1);
+          wgmma::wait_group<0>();  // S of page t
+        } else if constexpr (kPrev) {
           wgmma::wait_group<1>();  // S of page t; the P·V of page t − 1 may still run
         } else {
           wgmma::wait_group<0>();
@@ -308,10 +320,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           row_sum_part[h] = row_sum_part[h] * alpha[h] + sum;
         }
-        wgmma::wait_group<0>();  // this warpgroup's P·V of page t − 1 read the P buffer and stage
-        seesaw_fence_operands(o_acc);
-        if constexpr (kPrev) {
-          release(t - 1);
+        if constexpr (!kPvFirst) {  // this warpgroup's P·V of page t − 1 read P and that stage
+          wgmma::wait_group<0>();
+          seesaw_fence_operands(o_acc);
+          if constexpr (kPrev) release(t - 1);
         }
         // Publish P (swizzled like a tile block), α and the running max for the other warpgroup.
 #pragma unroll
@@ -424,10 +436,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kFusedCombine) write_empty_sequences<kSeesawRows>(args, plan, kv_head, tile_row0);
 }
 
-void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
+void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, bool s_first,
+                           cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SeesawSharedStorage);
-  auto* kernel = fused_combine ? &mla_decode_splitkv_seesaw_kernel<true>
-                               : &mla_decode_splitkv_seesaw_kernel<false>;
+  auto* kernel = fused_combine ? (s_first ? &mla_decode_splitkv_seesaw_kernel<true, true>
+                                          : &mla_decode_splitkv_seesaw_kernel<true, false>)
+                               : (s_first ? &mla_decode_splitkv_seesaw_kernel<false, true>
+                                          : &mla_decode_splitkv_seesaw_kernel<false, false>);
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).

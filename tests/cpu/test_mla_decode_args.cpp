@@ -173,20 +173,39 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
 
 TEST(MlaDecodeArgs, ResolvedSchedule) {
   MlaDecodeParams p;
+  p.seqlen_q = 1;
+  p.num_heads_q = 128;
   p.schedule = MlaDecodeSchedule::kSeesaw;
   EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);  // kBaseline: always
   p.kernel = MlaDecodeKernel::kFast;
-  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesaw);
-  p.schedule = MlaDecodeSchedule::kLockstep;  // forced either way
-  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
-  // kAuto: seesaw unless MLA_DECODE_SEESAW=0 (read once per process; ctest leaves it unset).
+  // kSeesaw by the rows per kv head: S first from 128 rows (two or more 64-row tiles).
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
+  p.num_heads_q = 64;
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+  p.seqlen_q = 2;  // 128 rows
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
+  p.num_heads_q = 128;
+  p.num_heads_kv = 2;  // 128 rows per kv head
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
+  p.num_heads_kv = 4;  // 64
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+  for (MlaDecodeSchedule forced : {MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesawSFirst,
+                                   MlaDecodeSchedule::kSeesawPvFirst}) {
+    p.schedule = forced;
+    EXPECT_EQ(resolved_decode_schedule(p), forced);
+  }
+  // kAuto: kSeesaw unless MLA_DECODE_SEESAW says otherwise (read once per process; ctest leaves it
+  // unset).
   p.schedule = MlaDecodeSchedule::kAuto;
   const char* env = std::getenv("MLA_DECODE_SEESAW");
-  const bool lockstep = env != nullptr && std::string(env) == "0";
-  EXPECT_EQ(resolved_decode_schedule(p),
-            lockstep ? MlaDecodeSchedule::kLockstep : MlaDecodeSchedule::kSeesaw);
+  if (env == nullptr || *env == '\0' || std::string(env) == "1") {
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);  // 64 rows
+  } else if (std::string(env) == "0") {
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
+  }
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesaw), "seesaw");
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kLockstep), "lockstep");
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPvFirst), "seesaw_pv_first");
 }
 
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {

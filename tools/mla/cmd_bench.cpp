@@ -55,7 +55,8 @@ void run_bench_decode(const BenchDecodeOptions& options) {
   } else if (options.kernel == "seesaw-ab") {  // kFast's 64-row bodies side by side
     bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
     bench_options.fast_schedules = {kernels::MlaDecodeSchedule::kLockstep,
-                                    kernels::MlaDecodeSchedule::kSeesaw};
+                                    kernels::MlaDecodeSchedule::kSeesawSFirst,
+                                    kernels::MlaDecodeSchedule::kSeesawPvFirst};
   } else {
     throw_error("--kernel must be one of: all, baseline, fast, seesaw-ab; got '{}'",
                 options.kernel);
@@ -187,7 +188,7 @@ void add_bench_command(CLI::App& app) {
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
   decode->add_option("--kernel", options->kernel,
                      "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
-                     "fast_seesaw interleaved)");
+                     "fast_seesaw_s_first, fast_seesaw_pv_first interleaved)");
   decode->callback([options] { run_bench_decode(*options); });
 
   auto prefill_options = std::make_shared<BenchPrefillOptions>();

@@ -51,11 +51,16 @@ inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
 
 // Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
 // body; kBaseline: always the lockstep body). kLockstep: kBaseline's wgmma body, both warpgroups
-// doing S, softmax and P·V together. kSeesaw: the two warpgroups alternate pages, one computing a
-// whole page's S while the other runs P·V (docs/kernels/mla_decode.md). kAuto: kSeesaw, unless the
-// environment variable MLA_DECODE_SEESAW is 0 (read once per process; for A/B measurements);
-// resolved_decode_schedule() says which.
-enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw };
+// doing S, softmax and P·V together. kSeesaw*: the two warpgroups alternate pages, one computing a
+// whole page's S while the other runs P·V (docs/kernels/mla_decode.md); kSeesawSFirst issues S of
+// a warpgroup's page before the P·V of the other's (the overlap, for compute-bound tiles),
+// kSeesawPvFirst the P·V first (its page stage is freed earlier, for memory-bound tiles), kSeesaw
+// picks S first when a kv head has at least kSeesawSFirstMinRows rows (two or more tiles, so
+// pages mostly come from L2). kAuto: kSeesaw, unless the environment variable MLA_DECODE_SEESAW
+// says otherwise (0: kLockstep, 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst; read once per
+// process; for A/B measurements). resolved_decode_schedule() says which.
+enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw, kSeesawSFirst, kSeesawPvFirst };
+inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
 
 struct MlaDecodePlanParams {
@@ -154,8 +159,9 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
                                          int64_t max_merge_bytes = -1);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
-// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (0: kLockstep, unset
-// or 1: kSeesaw; any other value throws mla::Error).
+// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kSeesaw; a
+// value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q · h_q / h_kv):
+// never kAuto nor kSeesaw.
 MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
