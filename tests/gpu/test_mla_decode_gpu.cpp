@@ -141,7 +141,7 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
   // The seesaw body alternates pages between its warpgroups and counts stages across a CTA's
   // pieces: sequences of 1, 2, 3, 5 pages (whole and partial last pages), pieces of one page (b = 1
   // split over every SM), many pieces per CTA with odd page counts (b = 97), causal s_q = 4 with
-  // h_q = 128 (8 tiles per kv head), and h_q = 32 / 64 (one tile, padding rows).
+  // h_q = 128 (8 tiles per kv head), and h_q = 32 / 64 (one tile, padding rows); both orders.
   std::mt19937 rng(2024);
   struct Case {
     int heads, seqlen_q;
@@ -156,6 +156,14 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
   };
   cases.push_back({128, 2, true, ragged_seqlens(97, 5 * 64, rng)});
   cases.push_back({64, 3, true, ragged_seqlens(33, 700, rng)});
+  // kFast's seesaw runs both of its orders on every case (kSeesaw picks one by the row count).
+  std::vector<KernelChoice> choices = {GetParam()};
+  if (GetParam().kernel == MlaDecodeKernel::kFast &&
+      GetParam().schedule == MlaDecodeSchedule::kSeesaw) {
+    choices = {GetParam(), GetParam()};
+    choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
+    choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
+  }
   for (const Case& c : cases) {
     ref::PagedDecodeProblemSpec spec;
     spec.num_heads_q = c.heads;
@@ -163,10 +171,12 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
     spec.causal = c.causal;
     spec.seqlens = c.seqlens;
     spec.seed = rng();
-    check_against_reference(
-        spec, GetParam(),
-        fmt::format("h_q {} s_q {} causal {} b {} seqlens [{}]", c.heads, c.seqlen_q, c.causal,
-                    c.seqlens.size(), fmt::join(c.seqlens, ",")));
+    for (const KernelChoice& choice : choices) {
+      check_against_reference(
+          spec, choice,
+          fmt::format("{}: h_q {} s_q {} causal {} b {} seqlens [{}]", name_of(choice), c.heads,
+                      c.seqlen_q, c.causal, c.seqlens.size(), fmt::join(c.seqlens, ",")));
+    }
   }
 }
 
