@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <numeric>
@@ -176,10 +178,19 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     const double rows_q = double(config.seqlen_q) * config.num_heads_q;
     // All kernels of this configuration timed in rotating order within each round.
     std::vector<kernels::MlaDecodeParams> variants;
+    std::vector<std::string> names;
     std::vector<std::function<void()>> works;
     for (kernels::MlaDecodeKernel kernel : options.kernels) {
-      variants.push_back(params);
-      variants.back().kernel = kernel;
+      const bool fast = kernel == kernels::MlaDecodeKernel::kFast;
+      for (size_t i = 0; i < (fast ? options.fast_schedules.size() : 1); ++i) {
+        variants.push_back(params);
+        variants.back().kernel = kernel;
+        names.push_back(kernels::to_string(kernel));
+        if (!fast) continue;
+        variants.back().schedule = options.fast_schedules[i];
+        if (options.fast_schedules[i] != kernels::MlaDecodeSchedule::kAuto)
+          names.back() += fmt::format("_{}", kernels::to_string(options.fast_schedules[i]));
+      }
     }
     for (const kernels::MlaDecodeParams& variant : variants)
       works.push_back([&variant, stream] { kernels::launch_mla_decode(variant, stream); });
@@ -187,7 +198,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     for (size_t k = 0; k < variants.size(); ++k) {
       DecodeBenchRow row;
       row.config = config;
-      row.kernel = kernels::to_string(variants[k].kernel);
+      row.kernel = names[k];
       row.mean_seqlen_k = mean_seqlen;
       row.us_plan = us_plan;
       row.us = medians[k];

@@ -49,6 +49,9 @@ struct DecodeBenchOptions {
   std::optional<DecodeBenchCase> only;  // run this one configuration instead of the sweep
   int runs = 30;
   std::vector<kernels::MlaDecodeKernel> kernels = {kernels::MlaDecodeKernel::kBaseline};
+  // kFast runs once per schedule here (kAuto: row "fast"; else "fast_<schedule>"), interleaved
+  // with the other kernels, for A/B measurements of the 64-row bodies in one run.
+  std::vector<kernels::MlaDecodeSchedule> fast_schedules = {kernels::MlaDecodeSchedule::kAuto};
   std::string flashmla_reference_path;  // empty: no reference column
   bool causal = true;
 };

@@ -59,4 +59,10 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaSt
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
 
+// Launcher of the seesaw split-KV kernel (kFast, 64-row tiles; instantiations/seesaw.cu): the two
+// warpgroups alternate S and P·V instead of running the phases in lockstep. s_first: each
+// warpgroup issues S of its page before the P·V of the other's (MlaDecodeSchedule).
+void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, bool s_first,
+                           cudaStream_t stream);
+
 }  // namespace mla::kernels::decode

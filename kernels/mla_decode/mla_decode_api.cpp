@@ -144,6 +144,42 @@ MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t 
   return bytes <= max_merge_bytes ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
 }
 
+const char* to_string(MlaDecodeSchedule schedule) {
+  switch (schedule) {
+    case MlaDecodeSchedule::kAuto:
+      return "auto";
+    case MlaDecodeSchedule::kLockstep:
+      return "lockstep";
+    case MlaDecodeSchedule::kSeesaw:
+      return "seesaw";
+    case MlaDecodeSchedule::kSeesawSFirst:
+      return "seesaw_s_first";
+    case MlaDecodeSchedule::kSeesawPvFirst:
+      return "seesaw_pv_first";
+  }
+  return "unknown";
+}
+
+MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
+  if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeSchedule::kLockstep;
+  MlaDecodeSchedule schedule = params.schedule;
+  if (schedule == MlaDecodeSchedule::kAuto) {
+    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 3);
+    constexpr MlaDecodeSchedule kByValue[] = {
+        MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesaw, MlaDecodeSchedule::kSeesawSFirst,
+        MlaDecodeSchedule::kSeesawPvFirst};
+    schedule = from_environment < 0 ? MlaDecodeSchedule::kSeesaw : kByValue[from_environment];
+  }
+  if (schedule == MlaDecodeSchedule::kSeesaw) {
+    const int64_t rows = params.num_heads_kv > 0
+                             ? int64_t(params.seqlen_q) * params.num_heads_q / params.num_heads_kv
+                             : 0;
+    schedule = rows >= kSeesawSFirstMinRows ? MlaDecodeSchedule::kSeesawSFirst
+                                            : MlaDecodeSchedule::kSeesawPvFirst;
+  }
+  return schedule;
+}
+
 const char* to_string(MlaDecodeKernel kernel) {
   switch (kernel) {
     case MlaDecodeKernel::kBaseline:
@@ -317,7 +353,13 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    decode::launch_splitkv_wgmma(args, fused_combine, stream);
+    const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
+    if (schedule == MlaDecodeSchedule::kLockstep) {
+      decode::launch_splitkv_wgmma(args, fused_combine, stream);
+    } else {
+      decode::launch_splitkv_seesaw(args, fused_combine,
+                                    schedule == MlaDecodeSchedule::kSeesawSFirst, stream);
+    }
   }
   if (!fused_combine) decode::launch_combine_kernel(args, fast, stream);
 }

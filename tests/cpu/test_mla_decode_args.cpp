@@ -2,6 +2,7 @@
 // rejected with a message naming it, the expected and the actual value.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -168,6 +169,43 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.max_pages_per_seq = 64;  // b = 8, s_k = 4096: 18 pieces, 576 KiB
   EXPECT_EQ(resolved_decode_combine(p, kFusedCombineMaxMergeBytes), MlaDecodeCombine::kFused);
   EXPECT_STREQ(to_string(MlaDecodeCombine::kFused), "fused");
+}
+
+TEST(MlaDecodeArgs, ResolvedSchedule) {
+  MlaDecodeParams p;
+  p.seqlen_q = 1;
+  p.num_heads_q = 128;
+  p.schedule = MlaDecodeSchedule::kSeesaw;
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);  // kBaseline: always
+  p.kernel = MlaDecodeKernel::kFast;
+  // kSeesaw by the rows per kv head: S first from 128 rows (two or more 64-row tiles).
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
+  p.num_heads_q = 64;
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+  p.seqlen_q = 2;  // 128 rows
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
+  p.num_heads_q = 128;
+  p.num_heads_kv = 2;  // 128 rows per kv head
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
+  p.num_heads_kv = 4;  // 64
+  EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+  for (MlaDecodeSchedule forced : {MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesawSFirst,
+                                   MlaDecodeSchedule::kSeesawPvFirst}) {
+    p.schedule = forced;
+    EXPECT_EQ(resolved_decode_schedule(p), forced);
+  }
+  // kAuto: kSeesaw unless MLA_DECODE_SEESAW says otherwise (read once per process; ctest leaves it
+  // unset).
+  p.schedule = MlaDecodeSchedule::kAuto;
+  const char* env = std::getenv("MLA_DECODE_SEESAW");
+  if (env == nullptr || *env == '\0' || std::string(env) == "1") {
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);  // 64 rows
+  } else if (std::string(env) == "0") {
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
+  }
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesaw), "seesaw");
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kLockstep), "lockstep");
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPvFirst), "seesaw_pv_first");
 }
 
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {

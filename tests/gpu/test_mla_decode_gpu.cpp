@@ -32,17 +32,22 @@ namespace {
 
 using kernels::MlaDecodeCombine;
 using kernels::MlaDecodeKernel;
+using kernels::MlaDecodeSchedule;
 
 // What a test runs: kBaseline, and kFast with each of its two combines forced (kAuto picks one of
-// them by a host rule that the CPU tests check), so both of kFast's paths see every case.
+// them by a host rule that the CPU tests check), so both of kFast's paths see every case; kFast's
+// 64-row body is the seesaw one, plus the lockstep one with the fused combine (its only user).
 struct KernelChoice {
   MlaDecodeKernel kernel;
   MlaDecodeCombine combine;
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kSeesaw;
 };
 std::string name_of(const KernelChoice& choice) {
-  return choice.kernel == MlaDecodeKernel::kBaseline
-             ? "baseline"
-             : fmt::format("fast_{}", kernels::to_string(choice.combine));
+  if (choice.kernel == MlaDecodeKernel::kBaseline) return "baseline";
+  return choice.schedule == MlaDecodeSchedule::kSeesaw
+             ? fmt::format("fast_{}", kernels::to_string(choice.combine))
+             : fmt::format("fast_{}_{}", kernels::to_string(choice.combine),
+                           kernels::to_string(choice.schedule));
 }
 void PrintTo(const KernelChoice& choice, std::ostream* os) {
   *os << name_of(choice);
@@ -55,6 +60,7 @@ bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice
   kernels::MlaDecodeParams params = gpu.decode_params();
   params.kernel = choice.kernel;
   params.combine = choice.combine;
+  params.schedule = choice.schedule;
   kernels::launch_mla_decode(params, nullptr);
   return gpu.fetch(nullptr);
 }
@@ -126,6 +132,50 @@ TEST_P(MlaDecodeGpu, HeadsQueryLengthsAndCausalSweep) {
                                 fmt::format("h_q {} s_q {} causal {} seqlens [{}]", heads, seqlen_q,
                                             causal, fmt::join(spec.seqlens, ",")));
       }
+    }
+  }
+}
+
+TEST_P(MlaDecodeGpu, SeesawPageParities) {
+  MLA_REQUIRE_SM90_GPU();
+  // The seesaw body alternates pages between its warpgroups and counts stages across a CTA's
+  // pieces: sequences of 1, 2, 3, 5 pages (whole and partial last pages), pieces of one page (b = 1
+  // split over every SM), many pieces per CTA with odd page counts (b = 97), causal s_q = 4 with
+  // h_q = 128 (8 tiles per kv head), and h_q = 32 / 64 (one tile, padding rows); both orders.
+  std::mt19937 rng(2024);
+  struct Case {
+    int heads, seqlen_q;
+    bool causal;
+    std::vector<int32_t> seqlens;
+  };
+  std::vector<Case> cases = {
+      {128, 4, true, {64, 128, 192, 320, 1, 129, 257}},
+      {128, 4, true, {131 * 64 + 5}},  // b = 1: pieces of one page or two
+      {64, 1, false, {3 * 64, 5 * 64 - 1, 64 + 1, 0, 2 * 64}},
+      {32, 2, true, {7 * 64 + 3, 64, 3}},
+  };
+  cases.push_back({128, 2, true, ragged_seqlens(97, 5 * 64, rng)});
+  cases.push_back({64, 3, true, ragged_seqlens(33, 700, rng)});
+  // kFast's seesaw runs both of its orders on every case (kSeesaw picks one by the row count).
+  std::vector<KernelChoice> choices = {GetParam()};
+  if (GetParam().kernel == MlaDecodeKernel::kFast &&
+      GetParam().schedule == MlaDecodeSchedule::kSeesaw) {
+    choices = {GetParam(), GetParam()};
+    choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
+    choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
+  }
+  for (const Case& c : cases) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = c.heads;
+    spec.seqlen_q = c.seqlen_q;
+    spec.causal = c.causal;
+    spec.seqlens = c.seqlens;
+    spec.seed = rng();
+    for (const KernelChoice& choice : choices) {
+      check_against_reference(
+          spec, choice,
+          fmt::format("{}: h_q {} s_q {} causal {} b {} seqlens [{}]", name_of(choice), c.heads,
+                      c.seqlen_q, c.causal, c.seqlens.size(), fmt::join(c.seqlens, ",")));
     }
   }
 }
@@ -227,6 +277,7 @@ TEST_P(MlaDecodeGpu, OneWorkspaceAcrossShapesAndRepeatedLayers) {
     params.workspace_bytes = bytes;
     params.kernel = GetParam().kernel;
     params.combine = GetParam().combine;
+    params.schedule = GetParam().schedule;
     kernels::launch_mla_decode_plan(plan, nullptr);
     for (int layer = 0; layer < 3; ++layer) {
       const std::string label =
@@ -334,6 +385,7 @@ TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
   kernels::MlaDecodeParams params = gpu.decode_params();
   params.kernel = GetParam().kernel;
   params.combine = GetParam().combine;
+  params.schedule = GetParam().schedule;
   cudaGraph_t graph;
   MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   kernels::launch_mla_decode_plan(gpu.plan_params(), stream);
@@ -379,6 +431,7 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   kernels::MlaDecodeParams params = gpu.decode_params();
   params.kernel = GetParam().kernel;
   params.combine = GetParam().combine;
+  params.schedule = GetParam().schedule;
   constexpr int kPadQ = 64, kPadOut = 128;
   const int rows = problem.batch * spec.seqlen_q * spec.num_heads_q;
   std::vector<bf16> q_padded(size_t(rows) * (576 + kPadQ), float_to_bf16(NAN));
@@ -414,7 +467,9 @@ INSTANTIATE_TEST_SUITE_P(
     Kernels, MlaDecodeGpu,
     ::testing::Values(KernelChoice{MlaDecodeKernel::kBaseline, MlaDecodeCombine::kAuto},
                       KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused},
-                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched}),
+                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched},
+                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused,
+                                   MlaDecodeSchedule::kLockstep}),
     [](const auto& info) { return name_of(info.param); });
 
 }  // namespace

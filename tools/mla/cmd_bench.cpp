@@ -52,8 +52,14 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.kernels = {MlaDecodeKernel::kBaseline};
   } else if (options.kernel == "fast") {
     bench_options.kernels = {MlaDecodeKernel::kFast};
+  } else if (options.kernel == "seesaw-ab") {  // kFast's 64-row bodies side by side
+    bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
+    bench_options.fast_schedules = {kernels::MlaDecodeSchedule::kLockstep,
+                                    kernels::MlaDecodeSchedule::kSeesawSFirst,
+                                    kernels::MlaDecodeSchedule::kSeesawPvFirst};
   } else {
-    throw_error("--kernel must be one of: all, baseline, fast; got '{}'", options.kernel);
+    throw_error("--kernel must be one of: all, baseline, fast, seesaw-ab; got '{}'",
+                options.kernel);
   }
 
   if (!options.only.empty()) {
@@ -180,7 +186,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--commit", options->commit, "Commit id recorded in the JSON");
   decode->add_option("--only", options->only,
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
-  decode->add_option("--kernel", options->kernel, "Which kernel(s): all, baseline, fast");
+  decode->add_option("--kernel", options->kernel,
+                     "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
+                     "fast_seesaw_s_first, fast_seesaw_pv_first interleaved)");
   decode->callback([options] { run_bench_decode(*options); });
 
   auto prefill_options = std::make_shared<BenchPrefillOptions>();

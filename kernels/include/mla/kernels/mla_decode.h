@@ -31,9 +31,10 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); today the same split-KV bodies with the
-// combine fused in where it is cheap (MlaDecodeCombine): the last CTA of a split sequence to finish
-// merges its partials (arrival counters in the workspace), so kFast is one kernel launch there.
+// kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body, the
+// seesaw wgmma body above 16 rows (MlaDecodeSchedule), and the combine fused in where it is cheap
+// (MlaDecodeCombine): the last CTA of a split sequence to finish merges its partials (arrival
+// counters in the workspace), so kFast is one kernel launch there.
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
 
@@ -47,6 +48,20 @@ const char* to_string(MlaDecodeKernel kernel);
 enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
 inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
+
+// Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
+// body; kBaseline: always the lockstep body). kLockstep: kBaseline's wgmma body, both warpgroups
+// doing S, softmax and P·V together. kSeesaw*: the two warpgroups alternate pages, one computing a
+// whole page's S while the other runs P·V (docs/kernels/mla_decode.md); kSeesawSFirst issues S of
+// a warpgroup's page before the P·V of the other's (the overlap, for compute-bound tiles),
+// kSeesawPvFirst the P·V first (its page stage is freed earlier, for memory-bound tiles), kSeesaw
+// picks S first when a kv head has at least kSeesawSFirstMinRows rows (two or more tiles, so
+// pages mostly come from L2). kAuto: kSeesaw, unless the environment variable MLA_DECODE_SEESAW
+// says otherwise (0: kLockstep, 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst; read once per
+// process; for A/B measurements). resolved_decode_schedule() says which.
+enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw, kSeesawSFirst, kSeesawPvFirst };
+inline constexpr int kSeesawSFirstMinRows = 128;
+const char* to_string(MlaDecodeSchedule schedule);
 
 struct MlaDecodePlanParams {
   const int32_t* seqlens = nullptr;  // [batch] int32, device
@@ -89,7 +104,10 @@ struct MlaDecodeParams {
   int64_t out_batch_stride = 0, out_seq_stride = 0, out_head_stride = 0;
   float* lse = nullptr;  // [b, h_q, s_q] fp32, contiguous, natural log
 
-  int num_sms = 0;            // as given to the plan
+  int num_sms = 0;  // as given to the plan
+  // kFast only, > 16 rows per kv head. Declared here, in the padding before `workspace`, so the
+  // kernels' argument layout (and kBaseline's SASS) is the same as without it.
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;
   void* workspace = nullptr;  // the plan's workspace (holds the plan and split-KV partials)
   size_t workspace_bytes = 0;
   MlaDecodeKernel kernel = MlaDecodeKernel::kBaseline;
@@ -140,6 +158,11 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 // environment's MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set).
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
                                          int64_t max_merge_bytes = -1);
+// The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
+// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kSeesaw; a
+// value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q · h_q / h_kv):
+// never kAuto nor kSeesaw.
+MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
 int plan_min_cost_per_part(const MlaDecodePlanParams& params);
