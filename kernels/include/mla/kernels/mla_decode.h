@@ -56,9 +56,11 @@ inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
 // a warpgroup's page before the P·V of the other's (the overlap, for compute-bound tiles),
 // kSeesawPvFirst the P·V first (its page stage is freed earlier, for memory-bound tiles), kSeesaw
 // picks S first when a kv head has at least kSeesawSFirstMinRows rows (two or more tiles, so
-// pages mostly come from L2). kAuto: kSeesaw, unless the environment variable MLA_DECODE_SEESAW
-// says otherwise (0: kLockstep, 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst; read once per
-// process; for A/B measurements). resolved_decode_schedule() says which.
+// pages mostly come from L2). kAuto: kLockstep until the seesaw bodies have been measured on the
+// H200 (they are new and tested only by the GPU tests that force them), unless the environment
+// variable MLA_DECODE_SEESAW says otherwise (0: kLockstep, 1: kSeesaw, 2: kSeesawSFirst, 3:
+// kSeesawPvFirst; read once per process; for A/B measurements). resolved_decode_schedule() says
+// which.
 enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw, kSeesawSFirst, kSeesawPvFirst };
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
@@ -159,7 +161,7 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
                                          int64_t max_merge_bytes = -1);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
-// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kSeesaw; a
+// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kLockstep; a
 // value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q · h_q / h_kv):
 // never kAuto nor kSeesaw.
 MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
