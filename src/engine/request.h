@@ -41,7 +41,8 @@ const char* finish_reason_name(FinishReason reason);  // "stop", "length", "canc
 
 struct GeneratedToken {
   int32_t id = 0;
-  TokenLogprobs logprobs;  // filled when the request asked for logprobs
+  TokenLogprobs logprobs;                         // filled when the request asked for logprobs
+  std::chrono::steady_clock::time_point emitted;  // when the engine produced it (latency figures)
 };
 
 struct ChoiceUpdate {

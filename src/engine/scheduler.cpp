@@ -450,6 +450,7 @@ void Scheduler::emit(Sequence* sequence, GeneratedToken token) {
   sequence->tokens.push_back(token.id);
 
   const Clock::time_point now = Clock::now();
+  token.emitted = now;
   if (metrics_) {
     ++metrics_->generated_tokens;
     if (sequence->num_generated() == 1)

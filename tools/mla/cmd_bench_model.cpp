@@ -222,15 +222,16 @@ void run_bench_throughput(ThroughputOptions o) {
           while (!stream->done()) {
             updates.clear();
             stream->wait(updates, std::chrono::milliseconds(200));
-            const Clock::time_point now = Clock::now();
+            // Latencies from the engine's emission times, not from when this client woke up
+            // (a client that wakes late collects several tokens at once).
             for (const engine::ChoiceUpdate& update : updates) {
-              for (size_t t = 0; t < update.tokens.size(); ++t) {
-                const double gap = std::chrono::duration<double>(now - last).count();
+              for (const engine::GeneratedToken& token : update.tokens) {
+                const double gap = std::chrono::duration<double>(token.emitted - last).count();
                 if (result.output_tokens == 0)
                   result.ttft = gap;
                 else
                   result.itl.push_back(gap);
-                last = now;
+                last = token.emitted;
                 ++result.output_tokens;
               }
               if (update.finish && *update.finish == engine::FinishReason::kError)
