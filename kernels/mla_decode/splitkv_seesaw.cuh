@@ -158,10 +158,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto release = [&](int j) {
       if (lane == 0) {
         const uint32_t cta_page = base + j;
+        // Release this warp's reads of the stage before counting it; the issuing lane orders the
+        // other warps' counted releases before its TMA write (a relaxed shared atomic alone does
+        // not, in the memory model).
+        __threadfence_block();
         const int before = atomicAdd(&smem.released[cta_page & 1], 1);
-        if (before % kWarps == kWarps - 1 && j + 2 < num_pages)
+        if (before % kWarps == kWarps - 1 && j + 2 < num_pages) {
+          __threadfence_block();
           seesaw_issue_page(args, kv_smem0, full0, cta_page + 2, batch_index,
                             piece.page_begin + j + 2, kv_head, l2_policy);
+        }
       }
       __syncwarp();
     };
