@@ -86,6 +86,9 @@ class Backend {
   // between belong to the step: a backend may reuse their memory from the next begin_step on.
   virtual void begin_step(const StepPlan& plan) = 0;
   virtual void end_step() {}
+  // The first op of every step (recorded in a step graph): where a GPU backend computes the
+  // decode op's split plan from the step's device data, once for all layers.
+  virtual void plan_decode() {}
 
   // --- Step graphs (optional: CUDA graphs). For a decode-only step padded to a batch bucket the
   // model calls begin_step(padded plan), then replay_step_graph(id) when it has a recording for

@@ -304,28 +304,32 @@ void CudaBackend::begin_step(const StepPlan& plan) {
   MLA_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
   decode_seqlens_ = static_cast<const int32_t*>(step_data_.at(&plan.decode_seqlens));
   decode_block_table_ = static_cast<const int32_t*>(step_data_.at(&plan.decode_block_table));
-  // The decode op's split plan, once per step before the layers (outside any step graph: it
-  // runs before a replay as before a recording, from the seqlens just uploaded).
+  // The decode op's workspace (plan and partials), before any layer's scratch; the plan itself is
+  // computed by plan_decode(), the first op of the step, so a step graph records it.
   if (plan.num_decode_tokens > 0 && plan.decode_num_heads > 0) {
-    const int batch = plan.num_decode_tokens;
-    const int heads = plan.decode_num_heads;
-    decode_workspace_bytes_ =
-        kernels::mla_decode_workspace_size(batch, 1, heads, 1, device_.num_sms);
+    decode_workspace_bytes_ = kernels::mla_decode_workspace_size(
+        plan.num_decode_tokens, 1, plan.decode_num_heads, 1, device_.num_sms);
     decode_workspace_ = arena_allocate(decode_workspace_bytes_, "the decode plan and partials");
-    kernels::MlaDecodePlanParams decode_plan;
-    decode_plan.seqlens = decode_seqlens_;
-    decode_plan.batch = batch;
-    decode_plan.seqlen_q = 1;
-    decode_plan.num_heads_q = heads;
-    decode_plan.num_heads_kv = 1;
-    decode_plan.num_sms = device_.num_sms;
-    decode_plan.max_pages_per_seq = plan.decode_max_pages;
-    decode_plan.workspace = decode_workspace_;
-    decode_plan.workspace_bytes = decode_workspace_bytes_;
-    kernels::launch_mla_decode_plan(decode_plan, stream_);
-    decode_planned_heads_ = heads;
+    decode_planned_heads_ = plan.decode_num_heads;
   }
   in_step_ = true;
+}
+
+void CudaBackend::plan_decode() {
+  if (decode_workspace_ == nullptr) return;
+  // From the device seqlens: inside a step graph, a replay plans from the seqlens begin_step
+  // has just uploaded. The plan also zeroes kFast's fused-combine counters.
+  kernels::MlaDecodePlanParams decode_plan;
+  decode_plan.seqlens = decode_seqlens_;
+  decode_plan.batch = plan_->num_decode_tokens;
+  decode_plan.seqlen_q = 1;
+  decode_plan.num_heads_q = decode_planned_heads_;
+  decode_plan.num_heads_kv = 1;
+  decode_plan.num_sms = device_.num_sms;
+  decode_plan.max_pages_per_seq = plan_->decode_max_pages;
+  decode_plan.workspace = decode_workspace_;
+  decode_plan.workspace_bytes = decode_workspace_bytes_;
+  kernels::launch_mla_decode_plan(decode_plan, stream_);
 }
 
 void CudaBackend::end_step() {
@@ -588,7 +592,7 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, int head_dim_
   const int heads = static_cast<int>(q.shape[1]);
   MLA_CHECK_EQ(batch, plan_->num_decode_tokens);
   if (batch == 0) return;
-  // The plan was made in begin_step (StepPlan::decode_num_heads) and serves every layer.
+  // The plan was made by plan_decode() at the start of the step and serves every layer.
   MLA_CHECK(decode_workspace_ != nullptr);
   MLA_CHECK_EQ(heads, decode_planned_heads_);
   kernels::MlaDecodeParams p;

@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(const Tensor& src, float* dst) override;
   void begin_step(const StepPlan& plan) override;
   void end_step() override;
+  void plan_decode() override;
 
   bool supports_step_graphs() const override { return true; }
   bool replay_step_graph(int graph_id) override;

@@ -253,6 +253,7 @@ Tensor Model::run_layers(const StepPlan& plan, LatentCache& cache) {
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
 
+  backend_.plan_decode();
   // The residual stream x is fp32; each residual add is fused with the norm that follows it.
   Tensor x = backend_.allocate(DType::kF32, {tokens, hidden});
   backend_.embedding(embed_tokens_, x);
