@@ -1,0 +1,311 @@
+// The CUDA backend op by op against the CPU backend, on the same bf16-rounded random inputs, in
+// one step of a batch with decode rows and a prefill row with cached context (so the step's
+// uploads, spans and gather lists are the real ones). When the whole-model test
+// (test_cuda_backend_gpu.cpp) disagrees with Hugging Face, this one says which op does.
+// Tolerance: relative L2 of the fp32 results ≤ 1e-2 (bf16 outputs round at 2^-9 relative; the
+// CPU side is fp32/double on the same rounded inputs); routing ids must match exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtypes.h"
+#include "gpu_test_support.h"
+#include "model/cpu_backend.h"
+#include "model/cuda_backend.h"
+#include "model/step_plan.h"
+
+namespace mla {
+namespace {
+
+using model::DType;
+using model::Tensor;
+
+constexpr double kMaxRelativeL2 = 1e-2;
+
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    err += d * d;
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+std::vector<float> host(model::Backend& backend, const Tensor& t) {
+  std::vector<float> values(static_cast<size_t>(t.numel()));
+  backend.copy_to_host(t, values.data());
+  return values;
+}
+
+// The two backends side by side, with one step planned on both.
+struct Backends {
+  model::CpuBackend cpu;
+  model::CudaBackend cuda;
+  std::mt19937 rng{42};
+
+  std::vector<float> random(int64_t count, float scale) {
+    std::normal_distribution<float> normal(0.f, scale);
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& v : values) v = round_to_bf16(normal(rng));
+    return values;
+  }
+  // The same values on both (weights-style upload: bf16 on CUDA, fp32 on the CPU).
+  std::pair<Tensor, Tensor> input2(const char* name, int64_t rows, int64_t cols, float scale) {
+    const std::vector<float> v = random(rows * cols, scale);
+    return {cpu.upload_weight(name, v, {rows, cols}), cuda.upload_weight(name, v, {rows, cols})};
+  }
+  std::pair<Tensor, Tensor> input3(const char* name, int64_t a, int64_t b, int64_t c, float scale) {
+    const std::vector<float> v = random(a * b * c, scale);
+    return {cpu.upload_weight(name, v, {a, b, c}), cuda.upload_weight(name, v, {a, b, c})};
+  }
+  void expect_close(const char* what, const Tensor& got_cuda, const Tensor& want_cpu) {
+    const double error = relative_l2(host(cuda, got_cuda), host(cpu, want_cpu));
+    std::printf("[ ops      ] %-22s relative L2 %.2e\n", what, error);
+    EXPECT_LE(error, kMaxRelativeL2) << what;
+  }
+};
+
+// Two decode rows (70 and 5 cached tokens) and a prefill row of 6 new tokens after 90 cached.
+model::ForwardBatch make_batch() {
+  model::ForwardBatch batch;
+  auto add = [&](int cached, int count, std::vector<int32_t> pages) {
+    model::SequenceSlice slice;
+    slice.first_token = static_cast<int>(batch.token_ids.size());
+    slice.num_tokens = count;
+    slice.num_cached = cached;
+    slice.block_table = pages;
+    for (int j = 0; j < count; ++j) {
+      const int position = cached + j;
+      batch.token_ids.push_back(3 + 7 * (position % 31));
+      batch.positions.push_back(position);
+      batch.slot_mapping.push_back(int64_t(pages[position / 64]) * 64 + position % 64);
+    }
+    batch.sequences.push_back(slice);
+  };
+  add(70, 1, {6, 2});
+  add(5, 1, {4});
+  add(90, 6, {1, 7});
+  batch.logit_rows = {0, 1, 7};
+  return batch;
+}
+
+TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
+  MLA_REQUIRE_SM90_GPU();
+  Backends b;
+  const int64_t heads = 4, hidden = 64, latent = 576, rank = 512, rope = 64, pages = 8;
+  const int64_t tokens = 8, decode = 2, prefill = 6;
+
+  // Weights and the cache (uploaded, so both sides hold identical values).
+  auto [w_cpu, w_cuda] = b.input2("w", 48, hidden, 0.2f);
+  auto [norm_cpu, norm_cuda] = b.input2("norm", 1, latent, 0.3f);
+  auto [kv_b_cpu, kv_b_cuda] = b.input2("kv_b", heads * 256, rank, 0.05f);
+  auto [cache_cpu, cache_cuda] = b.input3("cache", pages, 64, latent, 1.0f);
+  auto [router_cpu, router_cuda] = b.input2("router", 16, hidden, 0.3f);
+  const std::vector<float> bias = b.random(16, 0.1f);
+  const Tensor bias_cpu = b.cpu.upload_weight("mlp.gate.e_score_correction_bias", bias, {16});
+  const Tensor bias_cuda = b.cuda.upload_weight("mlp.gate.e_score_correction_bias", bias, {16});
+  model::ExpertWeights experts_cpu, experts_cuda;
+  for (int e = 0; e < 16; ++e) {
+    auto [g_cpu, g_cuda] = b.input2("gate", 32, hidden, 0.2f);
+    auto [u_cpu, u_cuda] = b.input2("up", 32, hidden, 0.2f);
+    auto [d_cpu, d_cuda] = b.input2("down", hidden, 32, 0.2f);
+    experts_cpu.gate_proj.push_back(g_cpu);
+    experts_cpu.up_proj.push_back(u_cpu);
+    experts_cpu.down_proj.push_back(d_cpu);
+    experts_cuda.gate_proj.push_back(g_cuda);
+    experts_cuda.up_proj.push_back(u_cuda);
+    experts_cuda.down_proj.push_back(d_cuda);
+  }
+  model::RopeTable rope_table;
+  for (int i = 0; i < rope / 2; ++i)
+    rope_table.inv_freq.push_back(std::pow(10000.f, -2.f * i / rope));
+  rope_table.cos_sin_scale = 1.0f;
+
+  const model::ForwardBatch batch = make_batch();
+  model::StepPlan plan = model::make_step_plan(batch, {int(pages), 64}, 256, /*chunk=*/40);
+  plan.decode_num_heads = static_cast<int>(heads);
+  b.cpu.begin_step(plan);
+  b.cuda.begin_step(plan);
+  b.cuda.plan_decode();
+  // Step inputs: activations made from uploaded values copied into step tensors.
+  auto step_input = [&](model::Backend& backend, const Tensor& source, DType dtype) {
+    Tensor t = backend.allocate(dtype, {source.shape[0], source.shape[1]});
+    backend.copy(source, t);
+    return t;
+  };
+
+  const DType act = b.cuda.activation_dtype();
+  auto [x_cpu0, x_cuda0] = b.input2("x", tokens, hidden, 1.0f);
+  const Tensor x_cpu = step_input(b.cpu, x_cpu0, DType::kF32);
+  const Tensor x_cuda = step_input(b.cuda, x_cuda0, act);
+
+  {  // linear, bf16 and fp32 outputs
+    Tensor want = b.cpu.allocate(DType::kF32, {tokens, 48});
+    b.cpu.linear(x_cpu, w_cpu, want);
+    Tensor got = b.cuda.allocate(act, {tokens, 48});
+    b.cuda.linear(x_cuda, w_cuda, got);
+    b.expect_close("linear (bf16 out)", got, want);
+    Tensor got_f32 = b.cuda.allocate(DType::kF32, {tokens, 48});
+    b.cuda.linear(x_cuda, w_cuda, got_f32);
+    b.expect_close("linear (fp32 out)", got_f32, want);
+  }
+  {  // rms_norm and add_rms_norm on a 576-wide row
+    auto [y_cpu0, y_cuda0] = b.input2("y", tokens, latent, 1.0f);
+    const Tensor norm_w_cpu = norm_cpu.reshape({latent});
+    const Tensor norm_w_cuda = norm_cuda.reshape({latent});
+    Tensor want = b.cpu.allocate(DType::kF32, {tokens, latent});
+    b.cpu.rms_norm(y_cpu0, norm_w_cpu, 1e-6f, want);
+    Tensor got = b.cuda.allocate(act, {tokens, latent});
+    b.cuda.rms_norm(y_cuda0, norm_w_cuda, 1e-6f, got);
+    b.expect_close("rms_norm", got, want);
+    Tensor residual_cpu = step_input(b.cpu, y_cpu0, DType::kF32);
+    Tensor residual_cuda = step_input(b.cuda, y_cuda0, DType::kF32);
+    Tensor want2 = b.cpu.allocate(DType::kF32, {tokens, latent});
+    b.cpu.add_rms_norm(residual_cpu, want, norm_w_cpu, 1e-6f, want2);
+    Tensor got2 = b.cuda.allocate(act, {tokens, latent});
+    b.cuda.add_rms_norm(residual_cuda, got, norm_w_cuda, 1e-6f, got2);
+    b.expect_close("add_rms_norm residual", residual_cuda, residual_cpu);
+    b.expect_close("add_rms_norm out", got2, want2);
+  }
+  {  // silu_mul
+    Tensor want = b.cpu.allocate(DType::kF32, {tokens, hidden});
+    b.cpu.silu_mul(x_cpu, x_cpu, want);
+    Tensor got = b.cuda.allocate(act, {tokens, hidden});
+    b.cuda.silu_mul(x_cuda, x_cuda, got);
+    b.expect_close("silu_mul", got, want);
+  }
+  {  // head_matmul: q_nope · W_UK and o_lat · W_UVᵀ over strided views of kv_b_proj
+    const Tensor kv_cpu = kv_b_cpu.reshape({heads, 256, rank});
+    const Tensor kv_cuda = kv_b_cuda.reshape({heads, 256, rank});
+    auto [q_cpu0, q_cuda0] = b.input2("q", decode, heads * 192, 1.0f);
+    const Tensor q_cpu = q_cpu0.reshape({decode, heads, 192}).slice(2, 0, 128);
+    const Tensor q_cuda = q_cuda0.reshape({decode, heads, 192}).slice(2, 0, 128);
+    Tensor want = b.cpu.allocate(DType::kF32, {decode, heads, latent});
+    Tensor want_lat = want.slice(2, 0, rank);
+    b.cpu.head_matmul(q_cpu, kv_cpu.slice(1, 0, 128), false, want_lat);
+    Tensor got = b.cuda.allocate(act, {decode, heads, latent});
+    Tensor got_lat = got.slice(2, 0, rank);
+    b.cuda.head_matmul(q_cuda, kv_cuda.slice(1, 0, 128), false, got_lat);
+    b.expect_close("head_matmul W_UK", got_lat, want_lat);
+    Tensor want_v = b.cpu.allocate(DType::kF32, {decode, heads, 128});
+    b.cpu.head_matmul(want_lat, kv_cpu.slice(1, 128, 128), true, want_v);
+    Tensor got_v = b.cuda.allocate(act, {decode, heads, 128});
+    b.cuda.head_matmul(got_lat, kv_cuda.slice(1, 128, 128), true, got_v);
+    b.expect_close("head_matmul W_UV", got_v, want_v);
+  }
+  {  // latent_cache_write (norm + rope + cache write at the plan's slots), then the gather
+    auto [kv_a_cpu0, kv_a_cuda0] = b.input2("kv_a", tokens, latent, 1.0f);
+    const Tensor norm_w_cpu = norm_cpu.reshape({latent}).slice(0, 0, rank);
+    const Tensor norm_w_cuda = norm_cuda.reshape({latent}).slice(0, 0, rank);
+    Tensor want = b.cpu.allocate(DType::kF32, {tokens, latent});
+    b.cpu.latent_cache_write(kv_a_cpu0, norm_w_cpu, 1e-6f, rope_table, want, cache_cpu);
+    Tensor got = b.cuda.allocate(act, {tokens, latent});
+    b.cuda.latent_cache_write(kv_a_cuda0, norm_w_cuda, 1e-6f, rope_table, got, cache_cuda);
+    b.expect_close("latent_cache_write", got, want);
+    b.expect_close("cache after the write", cache_cuda, cache_cpu);
+    const std::vector<int64_t>& slots = plan.context_chunks.at(0).slots;
+    const int64_t n = static_cast<int64_t>(slots.size());
+    Tensor want_g = b.cpu.allocate(DType::kF32, {n, latent});
+    b.cpu.gather_latent_cache(cache_cpu, slots, want_g);
+    Tensor got_g = b.cuda.allocate(act, {n, latent});
+    b.cuda.gather_latent_cache(cache_cuda, slots, got_g);
+    b.expect_close("gather_latent_cache", got_g, want_g);
+  }
+  {  // rope in place on q_pe-like views
+    auto [q_cpu0, q_cuda0] = b.input2("qpe", tokens, heads * 192, 1.0f);
+    Tensor q_cpu = step_input(b.cpu, q_cpu0, DType::kF32);
+    Tensor q_cuda = step_input(b.cuda, q_cuda0, act);
+    Tensor pe_cpu = q_cpu.reshape({tokens, heads, 192}).slice(2, 128, rope);
+    Tensor pe_cuda = q_cuda.reshape({tokens, heads, 192}).slice(2, 128, rope);
+    b.cpu.rope(pe_cpu, rope_table);
+    b.cuda.rope(pe_cuda, rope_table);
+    b.expect_close("rope", q_cuda, q_cpu);
+  }
+  {  // the decode op over the cache, for the decode rows
+    auto [q_cpu0, q_cuda0] = b.input3("qabs", decode, heads, latent, 1.0f);
+    Tensor want = b.cpu.allocate(DType::kF32, {decode, heads, rank});
+    Tensor want_lse = b.cpu.allocate(DType::kF32, {decode, heads});
+    b.cpu.mla_decode(q_cpu0, cache_cpu, static_cast<int>(rank), 0.1f, want, want_lse);
+    Tensor got = b.cuda.allocate(act, {decode, heads, rank});
+    Tensor got_lse = b.cuda.allocate(DType::kF32, {decode, heads});
+    b.cuda.mla_decode(q_cuda0, cache_cuda, static_cast<int>(rank), 0.1f, got, got_lse);
+    b.expect_close("mla_decode out", got, want);
+    b.expect_close("mla_decode lse", got_lse, want_lse);
+  }
+  {  // prefill attention over the prefill rows' spans, then one context chunk merged by LSE
+    auto [q_cpu0, q_cuda0] = b.input3("pq", prefill, heads, 192, 1.0f);
+    auto [k_cpu0, k_cuda0] = b.input3("pk", prefill, heads, 192, 1.0f);
+    auto [v_cpu0, v_cuda0] = b.input3("pv", prefill, heads, 128, 1.0f);
+    Tensor want = b.cpu.allocate(DType::kF32, {prefill, heads, 128});
+    Tensor want_lse = b.cpu.allocate(DType::kF32, {prefill, heads});
+    b.cpu.attention(q_cpu0, k_cpu0, v_cpu0, plan.prefill_spans, 0.07f, want, want_lse);
+    Tensor got = b.cuda.allocate(act, {prefill, heads, 128});
+    Tensor got_lse = b.cuda.allocate(DType::kF32, {prefill, heads});
+    b.cuda.attention(q_cuda0, k_cuda0, v_cuda0, plan.prefill_spans, 0.07f, got, got_lse);
+    b.expect_close("attention out", got, want);
+    b.expect_close("attention lse", got_lse, want_lse);
+    const model::ContextChunk& chunk = plan.context_chunks.at(0);
+    const int64_t n = static_cast<int64_t>(chunk.slots.size());
+    auto [ck_cpu, ck_cuda] = b.input3("ck", n, heads, 192, 1.0f);
+    auto [cv_cpu, cv_cuda] = b.input3("cv", n, heads, 128, 1.0f);
+    Tensor part_cpu = b.cpu.allocate(DType::kF32, {prefill, heads, 128});
+    Tensor part_lse_cpu = b.cpu.allocate(DType::kF32, {prefill, heads});
+    b.cpu.attention(q_cpu0, ck_cpu, cv_cpu, chunk.spans, 0.07f, part_cpu, part_lse_cpu);
+    Tensor part_cuda = b.cuda.allocate(act, {prefill, heads, 128});
+    Tensor part_lse_cuda = b.cuda.allocate(DType::kF32, {prefill, heads});
+    b.cuda.attention(q_cuda0, ck_cuda, cv_cuda, chunk.spans, 0.07f, part_cuda, part_lse_cuda);
+    b.expect_close("context attention", part_cuda, part_cpu);
+    b.cpu.merge_attention(want, want_lse, part_cpu, part_lse_cpu);
+    b.cuda.merge_attention(got, got_lse, part_cuda, part_lse_cuda);
+    b.expect_close("merge_attention out", got, want);
+    b.expect_close("merge_attention lse", got_lse, want_lse);
+  }
+  {  // MoE: V3-style routing (sigmoid, noaux_tc with a bias, 4 groups of 4, renormalised), experts
+    ref::MoeRoutingParams routing;
+    routing.num_experts = 16;
+    routing.top_k = 4;
+    routing.n_group = 4;
+    routing.topk_group = 2;
+    routing.scoring = ref::MoeScoring::kSigmoid;
+    routing.method = ref::MoeTopk::kNoauxTc;
+    routing.normalize = true;
+    routing.routed_scaling_factor = 2.5f;
+    routing.scale_when_normalized = true;
+    Tensor logits_cpu = b.cpu.allocate(DType::kF32, {tokens, 16});
+    b.cpu.linear(x_cpu, router_cpu, logits_cpu);
+    // Both route the CPU's logits, so a tie-break difference cannot come from the GEMM.
+    const std::vector<float> logits = host(b.cpu, logits_cpu);
+    const Tensor logits_cuda0 = b.cuda.allocate(DType::kF32, {tokens, 16});
+    MLA_CUDA_CHECK(cudaMemcpy(logits_cuda0.data, logits.data(), logits.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
+    Tensor ids_cpu = b.cpu.allocate(DType::kI32, {tokens, 4});
+    Tensor wts_cpu = b.cpu.allocate(DType::kF32, {tokens, 4});
+    b.cpu.moe_route(logits_cpu, bias_cpu, routing, ids_cpu, wts_cpu);
+    Tensor ids_cuda = b.cuda.allocate(DType::kI32, {tokens, 4});
+    Tensor wts_cuda = b.cuda.allocate(DType::kF32, {tokens, 4});
+    b.cuda.moe_route(logits_cuda0, bias_cuda, routing, ids_cuda, wts_cuda);
+    std::vector<int32_t> want_ids(tokens * 4), got_ids(tokens * 4);
+    std::memcpy(want_ids.data(), ids_cpu.data, want_ids.size() * sizeof(int32_t));
+    MLA_CUDA_CHECK(cudaStreamSynchronize(b.cuda.stream()));  // the backend's stream is its own
+    MLA_CUDA_CHECK(cudaMemcpy(got_ids.data(), ids_cuda.data, got_ids.size() * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got_ids, want_ids);
+    b.expect_close("moe_route weights", wts_cuda, wts_cpu);
+    Tensor want = b.cpu.allocate(DType::kF32, {tokens, hidden});
+    b.cpu.moe_experts(x_cpu, ids_cpu, wts_cpu, experts_cpu, want);
+    Tensor got = b.cuda.allocate(act, {tokens, hidden});
+    b.cuda.moe_experts(x_cuda, ids_cuda, wts_cuda, experts_cuda, got);
+    b.expect_close("moe_experts", got, want);
+  }
+  b.cuda.end_step();
+  b.cpu.end_step();
+}
+
+}  // namespace
+}  // namespace mla
