@@ -39,6 +39,7 @@
 #include "mla_decode/config.h"
 #include "mla_decode/fused_combine.cuh"
 #include "mla_decode/kernel_args.h"
+#include "mla_decode/tile_epilogue.cuh"
 #include "mla_decode/tile_loader.cuh"
 
 namespace mla::kernels::decode {
@@ -114,7 +115,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp_in_group = tid_in_group / 32;
   const int kv_head = blockIdx.y / args.shape.num_row_tiles;
   const int tile_row0 = (blockIdx.y % args.shape.num_row_tiles) * kSeesawRows;
-  const int rows_total = args.shape.rows_per_kv_head;
   // The two accumulator rows of this thread (for S and for O alike).
   const int my_rows[2] = {warp_in_group * 16 + lane / 4, warp_in_group * 16 + lane / 4 + 8};
 
@@ -379,56 +379,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     release(num_pages - 1);  // every warpgroup's last P·V is of the piece's last page
     pages_before += num_pages;
 
-    // Epilogue: row sums over the quad and both warpgroups (both in the final max's frame).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum_part[h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if ((lane & 3) == 0) smem.row_partial[group][my_rows[h]] = sum;
-    }
-    __syncthreads();
-
+    // Epilogue: row sums over the quad and both warpgroups (both in the final max's frame), then
+    // out/lse or the partials.
+    write_tile_rows<kSeesawRows>(args, piece, kv_head, tile_row0, group, lane, my_rows,
+                                 row_sum_part, row_max_run, o_acc, smem.row_partial);
     const bool final_output = piece.num_splits == 1;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = my_rows[h];
-      const int r = tile_row0 + row;
-      if (r >= rows_total) continue;
-      const float sum = smem.row_partial[0][row] + smem.row_partial[1][row];
-      const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
-      const auto [s, head] = query_row(args, kv_head, r);
-      const int col0 = group * kSeesawColsPerGroup + 2 * (lane & 3);
-      if (final_output) {
-        auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
-                        s * p.out_seq_stride + head * p.out_head_stride;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          *reinterpret_cast<uint32_t*>(out_row + col0 + 8 * i) =
-              ptx::pack_bf16x2(o_acc[4 * i + 2 * h] * inv_sum, o_acc[4 * i + 2 * h + 1] * inv_sum);
-        }
-      } else {
-        const int64_t partial_row =
-            (static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) * rows_total + r;
-        float* out_row = args.partial_out + partial_row * kDimV;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          *reinterpret_cast<float2*>(out_row + col0 + 8 * i) =
-              make_float2(o_acc[4 * i + 2 * h] * inv_sum, o_acc[4 * i + 2 * h + 1] * inv_sum);
-        }
-      }
-      if (group == 0 && (lane & 3) == 0) {
-        const float lse = sum > 0.f ? (row_max_run[h] + log2f(sum)) * kLn2
-                                    : (final_output ? INFINITY : -INFINITY);
-        if (final_output) {
-          p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] = lse;
-        } else {
-          args.partial_lse[(static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) *
-                               rows_total +
-                           r] = lse;
-        }
-      }
-    }
     if constexpr (kFusedCombine) {
       // Merge scratch: P's shared memory (row maxima and 1/sums) and a word of row_partial, both
       // rewritten only after the next piece's first __syncthreads().
