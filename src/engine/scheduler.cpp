@@ -383,16 +383,17 @@ std::vector<model::RowSampling> Scheduler::sampling_rows(const StepSchedule& ste
       const SamplingOptions& sampling = choice->sampler.options();
       model::RowSampling r;
       r.logit_row = row;
-      r.temperature = sampling.temperature;
-      r.top_p = sampling.top_p;
-      r.min_p = sampling.min_p;
-      r.repetition_penalty = sampling.repetition_penalty;
-      r.presence_penalty = sampling.presence_penalty;
-      r.frequency_penalty = sampling.frequency_penalty;
-      r.top_k = sampling.top_k;
-      r.num_logprobs = sampling.logprobs;
-      r.seed = choice->sampler.seed();
-      r.step = static_cast<uint64_t>(choice->num_generated());
+      kernels::SamplingRowParams& p = r.params;
+      p.temperature = sampling.temperature;
+      p.top_p = sampling.top_p;
+      p.min_p = sampling.min_p;
+      p.repetition_penalty = sampling.repetition_penalty;
+      p.presence_penalty = sampling.presence_penalty;
+      p.frequency_penalty = sampling.frequency_penalty;
+      p.top_k = sampling.top_k;
+      p.num_logprobs = sampling.logprobs;
+      p.seed = choice->sampler.seed();
+      p.step = static_cast<uint64_t>(choice->num_generated());
       r.prompt = std::span<const int32_t>(choice->tokens.data(), choice->prompt_len);
       r.generated = std::span<const int32_t>(choice->tokens.data() + choice->prompt_len,
                                              choice->num_generated());

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mla/kernels/sampling_math.h"
 #include "model/step_plan.h"
 #include "model/tensor.h"
 #include "ref/moe_routing.h"
@@ -41,16 +42,9 @@ struct RopeTable {
 // is a pure function of both, so a recomputed sequence draws the same tokens).
 struct RowSampling {
   int logit_row = 0;
-  float temperature = 1.0f;  // 0: greedy
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int top_k = 0;
-  int num_logprobs = -1;  // -1: none; 0: the chosen token's; n: and the top n
-  uint64_t seed = 0;
-  uint64_t step = 0;                   // tokens the sequence generated before this one
+  // The draw's parameters as the GPU sampler and its CPU twin take them (temperature, top-k/p,
+  // min-p, penalties, logprobs, seed and step: tokens the sequence generated before this one).
+  kernels::SamplingRowParams params;
   std::span<const int32_t> prompt;     // penalty context
   std::span<const int32_t> generated;  // penalty context
 };

@@ -697,18 +697,10 @@ std::vector<RowSample> CudaBackend::sample(const Tensor& logits,
     logit_rows[i] = r.logit_row;
     rows_in_order = rows_in_order && r.logit_row == i;
     kernels::SamplingRowParams& p = params[i];
-    p.temperature = r.temperature;
-    p.top_p = r.top_p;
-    p.min_p = r.min_p;
-    p.repetition_penalty = r.repetition_penalty;
-    p.presence_penalty = r.presence_penalty;
-    p.frequency_penalty = r.frequency_penalty;
-    p.top_k = r.top_k;
-    p.num_logprobs = std::min(r.num_logprobs, kTop);
-    p.seed = r.seed;
-    p.step = r.step;
+    p = r.params;
+    p.num_logprobs = std::min(p.num_logprobs, kTop);
     const bool penalised =
-        r.repetition_penalty != 1.0f || r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f;
+        p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (penalised) {
       context.insert(context.end(), r.prompt.begin(), r.prompt.end());
       context.insert(context.end(), r.generated.begin(), r.generated.end());

@@ -32,24 +32,13 @@ class TwinSamplingBackend final : public model::CpuBackend {
     std::vector<model::RowSample> samples;
     for (const model::RowSampling& r : rows) {
       ++draws;
-      kernels::SamplingRowParams p;
-      p.temperature = r.temperature;
-      p.top_p = r.top_p;
-      p.min_p = r.min_p;
-      p.repetition_penalty = r.repetition_penalty;
-      p.presence_penalty = r.presence_penalty;
-      p.frequency_penalty = r.frequency_penalty;
-      p.top_k = r.top_k;
-      p.num_logprobs = r.num_logprobs;
-      p.seed = r.seed;
-      p.step = r.step;
       std::vector<int32_t> context(r.prompt.begin(), r.prompt.end());
       context.insert(context.end(), r.generated.begin(), r.generated.end());
       ref::SampledLogprobs logprobs;
       model::RowSample sample;
       sample.token =
           ref::sample_row(std::span<const float>(host.data() + int64_t(r.logit_row) * vocab, vocab),
-                          p, context, static_cast<int64_t>(r.prompt.size()), &logprobs);
+                          r.params, context, static_cast<int64_t>(r.prompt.size()), &logprobs);
       sample.logprob = logprobs.logprob;
       sample.top = logprobs.top;
       samples.push_back(std::move(sample));
