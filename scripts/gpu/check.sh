@@ -94,7 +94,7 @@ bench_args=(--json "$out/bench-decode.json" --commit "$commit")
 [ "$mode" = quick ] && bench_args+=(--quick)
 echo "== mla bench decode" >>"$out/bench-decode.txt"  # after the model benchmarks' text
 build-gpu/mla bench decode "${bench_args[@]}" >build-gpu/bench-decode-table.txt 2>/dev/null || status=1
-cat build-gpu/bench-decode-table.txt | tee -a "$out/bench-decode.txt"
+tee -a "$out/bench-decode.txt" <build-gpu/bench-decode-table.txt
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >>"$out/env.txt" 2>&1
 
 # Optional: Nsight Compute on some configurations (MLA_PROFILE="b,s_q,h_q,s_k[;b,s_q,h_q,s_k...]"),

@@ -144,46 +144,41 @@ void CudaBackend::resize_arena(size_t bytes) {
 
 // --- Memory.
 
-void* CudaBackend::arena_allocate(size_t bytes, const std::string& what) {
-  return arena_.allocate(bytes, what);
+// A device allocation of its own (not the arena), owned by the returned tensor and its views.
+Tensor CudaBackend::owned_tensor(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor tensor = make_contiguous_view(nullptr, dtype, shape);
+  const size_t bytes = static_cast<size_t>(tensor.numel()) * dtype_size(dtype);
+  MLA_CUDA_CHECK(cudaMalloc(&tensor.data, std::max<size_t>(bytes, 1)));
+  tensor.storage = std::shared_ptr<void>(tensor.data, [](void* p) { cudaFree(p); });
+  return tensor;
 }
 
 Tensor CudaBackend::allocate(DType dtype, std::initializer_list<int64_t> shape) {
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
   if (in_step_) {
-    void* data = arena_allocate(std::max<size_t>(bytes, 1), "a step tensor");
-    return make_contiguous_view(data, dtype, shape);
+    Tensor tensor = make_contiguous_view(nullptr, dtype, shape);
+    const size_t bytes = static_cast<size_t>(tensor.numel()) * dtype_size(dtype);
+    tensor.data = arena_.allocate(std::max<size_t>(bytes, 1), "a step tensor");
+    return tensor;
   }
-  // Outside a step: long-lived (a latent cache), owned by the returned tensor and its views.
-  void* data = nullptr;
-  MLA_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 1)));
-  stats_.cache_bytes += bytes;
-  Tensor tensor = make_contiguous_view(data, dtype, shape);
-  tensor.storage = std::shared_ptr<void>(data, [](void* p) { cudaFree(p); });
+  // Outside a step: long-lived (a latent cache).
+  Tensor tensor = owned_tensor(dtype, shape);
+  stats_.cache_bytes += static_cast<size_t>(tensor.numel()) * dtype_size(dtype);
   return tensor;
 }
 
 Tensor CudaBackend::upload_weight(const std::string& name, std::vector<float> values,
                                   std::initializer_list<int64_t> shape) {
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  MLA_CHECK_EQ(static_cast<int64_t>(values.size()), count);
   // The MoE correction bias stays fp32 (it decides ties between experts); all else is bf16.
   const bool keep_f32 = name.find("e_score_correction_bias") != std::string::npos;
-  const DType dtype = keep_f32 ? DType::kF32 : DType::kBF16;
-  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
-  void* data = nullptr;
-  MLA_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 1)));
-  Tensor tensor = make_contiguous_view(data, dtype, shape);
-  tensor.storage = std::shared_ptr<void>(data, [](void* p) { cudaFree(p); });
+  Tensor tensor = owned_tensor(keep_f32 ? DType::kF32 : DType::kBF16, shape);
+  MLA_CHECK_EQ(static_cast<int64_t>(values.size()), tensor.numel());
+  const size_t bytes = values.size() * dtype_size(tensor.dtype);
   if (keep_f32) {
-    MLA_CUDA_CHECK(cudaMemcpy(data, values.data(), bytes, cudaMemcpyHostToDevice));
+    MLA_CUDA_CHECK(cudaMemcpy(tensor.data, values.data(), bytes, cudaMemcpyHostToDevice));
   } else {
     std::vector<bf16> converted(values.size());
     for (size_t i = 0; i < values.size(); ++i) converted[i] = float_to_bf16(values[i]);
-    MLA_CUDA_CHECK(cudaMemcpy(data, converted.data(), bytes, cudaMemcpyHostToDevice));
+    MLA_CUDA_CHECK(cudaMemcpy(tensor.data, converted.data(), bytes, cudaMemcpyHostToDevice));
   }
   stats_.weight_bytes += bytes;
   return tensor;
@@ -191,20 +186,14 @@ Tensor CudaBackend::upload_weight(const std::string& name, std::vector<float> va
 
 Tensor CudaBackend::random_weight(const std::string& name, std::initializer_list<int64_t> shape,
                                   uint64_t seed, float stddev) {
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  const size_t bytes = static_cast<size_t>(count) * sizeof(bf16);
-  void* data = nullptr;
-  MLA_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 1)));
-  Tensor tensor = make_contiguous_view(data, DType::kBF16, shape);
-  tensor.storage = std::shared_ptr<void>(data, [](void* p) { cudaFree(p); });
+  Tensor tensor = owned_tensor(DType::kBF16, shape);
   kernels::RandomFillSpec spec;
   spec.seed = seed;
   spec.stddev = stddev;
   spec.clip = 4.0f * stddev;
-  kernels::launch_fill_random_bf16(static_cast<bf16*>(data), static_cast<size_t>(count), spec,
+  kernels::launch_fill_random_bf16(tensor.as<bf16>(), static_cast<size_t>(tensor.numel()), spec,
                                    stream_);
-  stats_.weight_bytes += bytes;
+  stats_.weight_bytes += static_cast<size_t>(tensor.numel()) * sizeof(bf16);
   return tensor;
 }
 
@@ -294,7 +283,7 @@ void CudaBackend::begin_step(const StepPlan& plan) {
     MLA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_pinned_), staging_pinned_bytes_,
                                  cudaHostAllocDefault));
   }
-  char* device = static_cast<char*>(arena_allocate(total, "the step's metadata"));
+  char* device = static_cast<char*>(arena_.allocate(total, "the step's metadata"));
   for (size_t i = 0; i < sections.size(); ++i) {
     if (sections[i].bytes > 0)
       std::memcpy(staging_pinned_ + offsets[i], sections[i].data, sections[i].bytes);
@@ -309,7 +298,7 @@ void CudaBackend::begin_step(const StepPlan& plan) {
   if (plan.num_decode_tokens > 0 && plan.decode_num_heads > 0) {
     decode_workspace_bytes_ = kernels::mla_decode_workspace_size(
         plan.num_decode_tokens, 1, plan.decode_num_heads, 1, device_.num_sms);
-    decode_workspace_ = arena_allocate(decode_workspace_bytes_, "the decode plan and partials");
+    decode_workspace_ = arena_.allocate(decode_workspace_bytes_, "the decode plan and partials");
     decode_planned_heads_ = plan.decode_num_heads;
   }
   in_step_ = true;
@@ -868,7 +857,7 @@ void CudaBackend::moe_experts(const Tensor& x_in, const Tensor& expert_ids,
   p.accumulate = false;
   p.workspace_bytes =
       kernels::moe_experts_workspace_size(rx.rows, rx.cols, intermediate, num_experts, p.top_k);
-  p.workspace = arena_allocate(p.workspace_bytes, "the MoE workspace");
+  p.workspace = arena_.allocate(p.workspace_bytes, "the MoE workspace");
   kernels::launch_moe_experts(p, stream_);
 }
 

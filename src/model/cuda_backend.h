@@ -116,7 +116,7 @@ class CudaBackend final : public Backend {
  private:
   // The device copy of a StepPlan member uploaded by begin_step (by the member's address).
   const void* step_data(const void* host_member, const char* what) const;
-  void* arena_allocate(size_t bytes, const std::string& what);
+  Tensor owned_tensor(DType dtype, std::initializer_list<int64_t> shape);
   const float* inv_freq_on_device(const RopeTable& rope);
   Tensor bf16_input(const Tensor& x);  // x itself when bf16, else a bf16 copy in the arena
 
