@@ -10,6 +10,26 @@
 namespace mla::kernels::ops {
 namespace {
 
+// Pass 2: out_row = src_row · inverse_rms · weight, each thread on the elements it summed.
+template <int kThreadsPerRow, bool kVec, typename TS, typename TO>
+__device__ __forceinline__ void write_normed_row(const TS* src_row, const bf16_t* weight,
+                                                 float inverse_rms, int64_t cols, int lane,
+                                                 TO* out_row) {
+  if constexpr (kVec) {
+    for (int64_t c = int64_t(lane) * kVecElements; c < cols; c += kThreadsPerRow * kVecElements) {
+      float v[kVecElements], w[kVecElements];
+      load_vec(src_row + c, v);
+      load_vec(weight + c, w);
+#pragma unroll
+      for (int k = 0; k < kVecElements; ++k) v[k] = v[k] * inverse_rms * w[k];
+      store_vec(out_row + c, v);
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += kThreadsPerRow)
+      out_row[c] = from_f32<TO>(to_f32(src_row[c]) * inverse_rms * to_f32(weight[c]));
+  }
+}
+
 template <int kThreadsPerRow, bool kVec, typename TX, typename TO>
 __global__ void __launch_bounds__(kBlockThreads)
     rms_norm_kernel(const TX* x, int64_t x_stride, const bf16_t* weight, int64_t rows, int64_t cols,
@@ -38,19 +58,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     sum_squares = row_sum<kThreadsPerRow>(sum_squares, smem);
     const float inverse_rms = 1.f / sqrtf(sum_squares / static_cast<float>(cols) + eps);
-    if constexpr (kVec) {
-      for (int64_t c = int64_t(lane) * kVecElements; c < cols; c += kThreadsPerRow * kVecElements) {
-        float v[kVecElements], w[kVecElements];
-        load_vec(x_row + c, v);
-        load_vec(weight + c, w);
-#pragma unroll
-        for (int k = 0; k < kVecElements; ++k) v[k] = v[k] * inverse_rms * w[k];
-        store_vec(out_row + c, v);
-      }
-    } else {
-      for (int64_t c = lane; c < cols; c += kThreadsPerRow)
-        out_row[c] = from_f32<TO>(to_f32(x_row[c]) * inverse_rms * to_f32(weight[c]));
-    }
+    write_normed_row<kThreadsPerRow, kVec>(x_row, weight, inverse_rms, cols, lane, out_row);
   }
 }
 
@@ -90,19 +98,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     sum_squares = row_sum<kThreadsPerRow>(sum_squares, smem);
     const float inverse_rms = 1.f / sqrtf(sum_squares / static_cast<float>(cols) + eps);
     // Each thread re-reads the residual values it wrote itself.
-    if constexpr (kVec) {
-      for (int64_t c = int64_t(lane) * kVecElements; c < cols; c += kThreadsPerRow * kVecElements) {
-        float r[kVecElements], w[kVecElements];
-        load_vec(residual_row + c, r);
-        load_vec(weight + c, w);
-#pragma unroll
-        for (int k = 0; k < kVecElements; ++k) r[k] = r[k] * inverse_rms * w[k];
-        store_vec(out_row + c, r);
-      }
-    } else {
-      for (int64_t c = lane; c < cols; c += kThreadsPerRow)
-        out_row[c] = from_f32<TO>(residual_row[c] * inverse_rms * to_f32(weight[c]));
-    }
+    write_normed_row<kThreadsPerRow, kVec>(residual_row, weight, inverse_rms, cols, lane, out_row);
   }
 }
 
