@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "common/launch.cuh"
 #include "common/ptx.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
@@ -293,17 +294,10 @@ void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t
     return;
   }
   const int warps = rows * (kDimV / 8);
-  cudaLaunchConfig_t config = {};
-  config.gridDim =
-      dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
-  config.blockDim = dim3(kCombineRowsPerBlock * 32);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_combine_split_parallel_kernel, args));
+  launch_programmatic_dependent(
+      mla_decode_combine_split_parallel_kernel,
+      dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch),
+      dim3(kCombineRowsPerBlock * 32), 0, stream, args);
   MLA_CHECK_LAUNCH("mla_decode_combine_split_parallel (programmatic dependent launch)");
 }
 

@@ -19,7 +19,7 @@
 #include "cuda/check.h"
 #include "moe/config.h"
 #include "moe/kernel_args.h"
-#include "moe/launch.h"
+#include "common/launch.cuh"
 
 namespace mla::kernels::moe {
 namespace {

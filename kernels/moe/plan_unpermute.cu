@@ -13,7 +13,7 @@
 #include "moe/config.h"
 #include "common/ptx.cuh"
 #include "moe/kernel_args.h"
-#include "moe/launch.h"
+#include "common/launch.cuh"
 
 namespace mla::kernels::moe {
 namespace {

@@ -1,4 +1,5 @@
-// Launching a MoE kernel as a programmatic dependent of the grid before it in the stream.
+// Launching a kernel as a programmatic dependent of the grid before it in the stream (the MoE
+// chain, kFast's split-parallel combine).
 //
 // The kernel may start while the previous grid still runs; it must call
 // ptx::wait_for_preceding_grid() before reading anything that grid writes (everything older is
@@ -9,7 +10,7 @@
 
 #include "cuda/check.h"
 
-namespace mla::kernels::moe {
+namespace mla::kernels {
 
 template <typename Args>
 void launch_programmatic_dependent(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
@@ -27,4 +28,4 @@ void launch_programmatic_dependent(void (*kernel)(Args), dim3 grid, dim3 block, 
   MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
 }
 
-}  // namespace mla::kernels::moe
+}  // namespace mla::kernels
