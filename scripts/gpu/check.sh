@@ -56,7 +56,7 @@ grep -E "mla.cpp: Python extension" "$out/build.log" | tail -1
 grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "mla_decode" | head -40
 
 step "GPU tests"
-(cd build-gpu && ctest -L gpu --output-on-failure --timeout 600) >"$out/ctest-gpu.log" 2>&1 || status=1
+(cd build-gpu && ctest -L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-600}") >"$out/ctest-gpu.log" 2>&1 || status=1
 tail -25 "$out/ctest-gpu.log"
 
 # The whole model (DeepSeek-V2-Lite shapes, dummy weights): one decode step at batch 128 and 2k
