@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "model/cpu_backend.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "ref/moe_routing.h"
 #include "weights/safetensors.h"
 
 namespace mla::testing {
@@ -105,6 +107,48 @@ inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>&
     result = std::isnan(diff) ? std::numeric_limits<float>::infinity() : std::max(result, diff);
   }
   return result;
+}
+
+// The CPU backend, recording how firmly the router chose for each token (ref::routing_margin,
+// the smallest over the MoE layers). For one sequence run by run_path: margins[p] belongs to the
+// token at position p (steps feed positions in order).
+class RoutingMarginBackend final : public model::CpuBackend {
+ public:
+  std::vector<float> margins;
+
+  void begin_step(const model::StepPlan& plan) override {
+    CpuBackend::begin_step(plan);
+    step_begin_ = margins.size();
+  }
+  void moe_route(const model::Tensor& router_logits, const model::Tensor& correction_bias,
+                 const ref::MoeRoutingParams& params, model::Tensor& expert_ids,
+                 model::Tensor& expert_weights) override {
+    CpuBackend::moe_route(router_logits, correction_bias, params, expert_ids, expert_weights);
+    const float* bias = correction_bias.empty() ? nullptr : correction_bias.as<float>();
+    const size_t tokens = static_cast<size_t>(router_logits.shape[0]);
+    margins.resize(std::max(margins.size(), step_begin_ + tokens),
+                   std::numeric_limits<float>::infinity());
+    for (size_t t = 0; t < tokens; ++t)
+      margins[step_begin_ + t] = std::min(
+          margins[step_begin_ + t],
+          ref::routing_margin(router_logits.as<float>() + t * params.num_experts, bias, params));
+  }
+
+ private:
+  size_t step_begin_ = 0;
+};
+
+// Max |a - b| of each row of `vocab` values.
+inline std::vector<float> row_max_abs_diff(const std::vector<float>& a, const std::vector<float>& b,
+                                           int vocab) {
+  EXPECT_EQ(a.size(), b.size());
+  std::vector<float> rows(std::min(a.size(), b.size()) / vocab);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<float> x(a.begin() + r * vocab, a.begin() + (r + 1) * vocab);
+    std::vector<float> y(b.begin() + r * vocab, b.begin() + (r + 1) * vocab);
+    rows[r] = max_abs_diff(x, y);
+  }
+  return rows;
 }
 
 }  // namespace mla::testing

@@ -36,4 +36,12 @@ struct MoeRoutingParams {
 void route_experts(const float* logits, const float* bias, const MoeRoutingParams& params,
                    int32_t* expert_ids, float* weights);
 
+// How firmly the choice is made: the smallest gap, in choice units (scores, plus the bias for
+// noaux_tc), at a boundary that decides which experts are chosen: the top_k-th chosen expert
+// against the best one left out (within the kept groups), and the topk_group-th kept group against
+// the best group left out. +inf when nothing competes. A change of the choice values smaller than
+// margin / 4 (group scores of noaux_tc add two of them) cannot change which experts are chosen:
+// where the margin is below a backend's rounding, a bf16 backend may choose differently.
+float routing_margin(const float* logits, const float* bias, const MoeRoutingParams& params);
+
 }  // namespace mla::ref

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -325,6 +326,74 @@ model::ForwardBatch two_decodes_two_prefills() {
   add(0, 2, {4});
   batch.logit_rows = {0, 1, 4, 6};
   return batch;
+}
+
+// routing_margin: ties at a deciding boundary give 0, and on random routers no logit change
+// small enough to move the choice values by under margin / 4 changes the chosen set, while one
+// aimed at the deciding boundary and a little over the margin does (so the margin is not too low
+// either).
+TEST(MoeRouting, MarginIsTheGapAtTheDecidingBoundary) {
+  ref::MoeRoutingParams v3;
+  v3.num_experts = 16;
+  v3.top_k = 4;
+  v3.n_group = 4;
+  v3.topk_group = 2;
+  v3.scoring = ref::MoeScoring::kSigmoid;
+  v3.method = ref::MoeTopk::kNoauxTc;
+  ref::MoeRoutingParams v2;
+  v2.num_experts = 8;
+  v2.top_k = 3;
+  // A tie at the top_k boundary (experts 2 and 3, the 3rd and 4th best): margin 0.
+  const float tied[8] = {3.f, 2.5f, 1.f, 1.f, -1.f, -2.f, 0.f, -0.5f};
+  EXPECT_EQ(ref::routing_margin(tied, nullptr, v2), 0.0f);
+  // A tie inside the chosen set decides nothing.
+  const float tied_inside[8] = {3.f, 3.f, 1.f, 0.f, -1.f, -2.f, 0.f, -0.5f};
+  EXPECT_GT(ref::routing_margin(tied_inside, nullptr, v2), 0.03f);  // (e - 1) / 46
+  // Every expert chosen: nothing competes.
+  ref::MoeRoutingParams all = v2;
+  all.top_k = 8;
+  EXPECT_TRUE(std::isinf(ref::routing_margin(tied, nullptr, all)));
+
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  auto chosen_set = [](const float* logits, const float* bias, const ref::MoeRoutingParams& p) {
+    std::vector<int32_t> ids(p.top_k);
+    std::vector<float> weights(p.top_k);
+    ref::route_experts(logits, bias, p, ids.data(), weights.data());
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  int checked_gaps = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const ref::MoeRoutingParams& p = trial % 2 ? v3 : v2;
+    std::vector<float> logits(p.num_experts), bias(p.num_experts);
+    for (float& v : logits) v = normal(rng);
+    for (float& v : bias) v = 0.2f * normal(rng);
+    const float* b = trial % 2 ? bias.data() : nullptr;
+    const float margin = ref::routing_margin(logits.data(), b, p);
+    ASSERT_GE(margin, 0.0f);
+    const std::vector<int32_t> before = chosen_set(logits.data(), b, p);
+    // Largest logit step moving any choice value by < margin / 4: sigmoid' <= 1/4; a softmax
+    // score moves by at most (e^(2 step) - 1) of itself.
+    const float step = trial % 2 ? 0.99f * margin : 0.49f * std::log1p(0.99f * margin / 4.0f);
+    for (int k = 0; k < 20; ++k) {
+      std::vector<float> moved = logits;
+      for (float& v : moved) v += step * std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+      ASSERT_EQ(chosen_set(moved.data(), b, p), before)
+          << "trial " << trial << " margin " << margin;
+    }
+    // Greedy softmax: the margin is the gap between the top_k-th and the next softmax score.
+    if (trial % 2 == 0) {
+      std::vector<double> scores(p.num_experts);
+      double total = 0.0;
+      for (int e = 0; e < p.num_experts; ++e) total += scores[e] = std::exp(double(logits[e]));
+      for (double& s : scores) s /= total;
+      std::sort(scores.begin(), scores.end(), std::greater<double>());
+      EXPECT_NEAR(margin, scores[p.top_k - 1] - scores[p.top_k], 1e-6);
+      ++checked_gaps;
+    }
+  }
+  EXPECT_EQ(checked_gaps, 200);
 }
 
 TEST(StepPlan, DecodeRowsPrefillSpansAndContextChunks) {

@@ -5,7 +5,9 @@
 // step graphs), then: step graphs against eager steps, and batch invariance through the engine
 // (one greedy request alone and among 63 others). The CUDA backend runs bf16 weights and
 // activations, so logits are compared with a bf16 tolerance (stated below, measured values
-// printed); greedy ids must be identical (the fixtures' top-1/top-2 margins are >= 0.018).
+// printed) everywhere but at the few tokens whose router nearly ties (the CPU backend measures
+// each token's routing margin); greedy ids must be identical (the fixtures' top-1/top-2 margins
+// are >= 0.018).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -37,8 +39,36 @@ using testing::run_path;
 // logits move by a few tenths of a percent of their range. 2 % of max |logit| is the bound; the
 // measured figure is printed for the record.
 constexpr float kLogitTolerance = 2e-2f;
+// Except where the router nearly ties. The tiny models route every token of their last layer
+// through top-k of random experts; where two candidates' choice values (ref::routing_margin) are
+// closer than bf16 rounding moves them, the CUDA backend may pick the other expert and that
+// token's logits move by up to the logits' own size. Such rows may exceed the tolerance only if
+// the CPU backend's margin there is under kRoutingTieMargin (a few times the ~1e-3 shift bf16
+// activations give a router score), and only a few of them: at most kMaxTieRows of all rows.
+constexpr float kRoutingTieMargin = 1e-2f;
+constexpr double kMaxTieRows = 0.05;
 
 class CudaGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+// Rows (positions) of `run` over `tolerance` against `reference`, each printed with the CPU
+// backend's routing margin there; fails for a row whose margin is not a near tie. Returns how many.
+int rows_over_tolerance(const char* what, const std::vector<float>& run,
+                        const std::vector<float>& reference, int vocab, int first_position,
+                        const std::vector<float>& margins, float tolerance) {
+  const std::vector<float> errors = testing::row_max_abs_diff(run, reference, vocab);
+  int over = 0;
+  for (size_t row = 0; row < errors.size(); ++row) {
+    if (errors[row] <= tolerance) continue;
+    ++over;
+    const size_t position = first_position + row;
+    const float margin = position < margins.size() ? margins[position] : 0.0f;
+    std::printf("[ cuda     ]   %s row at position %zu: max |diff| %.3g, routing margin %.4f\n",
+                what, position, errors[row], margin);
+    EXPECT_LT(margin, kRoutingTieMargin) << what << ": position " << position << " is off by "
+                                         << errors[row] << " and its router did not nearly tie";
+  }
+  return over;
+}
 
 TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
   MLA_REQUIRE_SM90_GPU();
@@ -48,18 +78,20 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
   options.context_chunk_tokens = 50;  // a 200-token context in four gathered pieces
   model::CudaBackend backend;
   const auto model = model::Model::load(dir, backend, options);
-  model::CpuBackend cpu_backend;
+  testing::RoutingMarginBackend cpu_backend;
   const auto cpu_model = model::Model::load(dir, cpu_backend, options);
 
   const float scale = std::max(max_abs(golden.prompt_logits), max_abs(golden.generated_logits));
   const float tolerance = kLogitTolerance * scale;
   const PathRun cpu = run_path(*cpu_model, golden, 1);
+  const std::vector<float>& margins = cpu_backend.margins;
+  const int prompt = static_cast<int>(golden.prompt_ids.size());
+  const int rows = prompt + static_cast<int>(golden.generated_ids.size());
   struct Way {
     const char* name;
     int chunk;
   };
-  const int whole = static_cast<int>(golden.prompt_ids.size());
-  for (const Way& way : {Way{"whole prompt", whole}, Way{"chunks of 64", 64},
+  for (const Way& way : {Way{"whole prompt", prompt}, Way{"chunks of 64", 64},
                          Way{"chunks of 17", 17}, Way{"token by token", 1}}) {
     const PathRun r = run_path(*model, golden, way.chunk);
     const float prompt_error = max_abs_diff(r.prompt_logits, golden.prompt_logits);
@@ -70,9 +102,17 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
         "[ cuda     ] %s, %s: max |logit - HF| prompt %.3g, generated %.3g; vs CPU backend "
         "%.3g (max |logit| %.3g, tolerance %.3g)\n",
         GetParam().c_str(), way.name, prompt_error, generated_error, cpu_error, scale, tolerance);
-    EXPECT_LE(prompt_error, tolerance) << way.name;
-    EXPECT_LE(generated_error, tolerance) << way.name;
-    EXPECT_LE(cpu_error, tolerance) << way.name;
+    // generated_logits[i] is the row of position prompt - 1 + i (the first is the prompt's last).
+    const int tie_rows =
+        rows_over_tolerance("prompt vs HF", r.prompt_logits, golden.prompt_logits, golden.vocab, 0,
+                            margins, tolerance) +
+        rows_over_tolerance("generated vs HF", r.generated_logits, golden.generated_logits,
+                            golden.vocab, prompt - 1, margins, tolerance);
+    rows_over_tolerance("prompt vs CPU", r.prompt_logits, cpu.prompt_logits, golden.vocab, 0,
+                        margins, tolerance);
+    rows_over_tolerance("generated vs CPU", r.generated_logits, cpu.generated_logits, golden.vocab,
+                        prompt - 1, margins, tolerance);
+    EXPECT_LE(tie_rows, kMaxTieRows * rows) << way.name << ": too many near-tie rows off";
     EXPECT_EQ(r.generated_ids, golden.generated_ids) << way.name;
   }
   EXPECT_GT(backend.stats().graphs_captured, 0);

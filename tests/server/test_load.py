@@ -3,6 +3,10 @@ cache too small for all of them (queueing and preemption), a quarter of them dis
 random point. Afterwards no request is live, no page is used, /health is OK, the disconnects
 were cancelled, and every client that stayed got a complete stream equal to the same request's
 non-streamed greedy output. The server checks the scheduler's invariants after every step.
+With MLA_TEST_SAME_OUTPUTS=count (the CUDA backend), equal outputs are counted, not required:
+bf16 numerics depend on the batch (cuBLAS picks kernels by shape) and a preempted request is
+recomputed through prefill, so a near tie (greedy or a router's) can go the other way; the CUDA
+golden and engine tests hold that backend to the reference instead.
     python3 test_load.py MLA FIXTURES_DIR TOKENIZER_DIR WORK_DIR
 """
 import http.client
@@ -21,6 +25,7 @@ check = harness.check
 model = harness.copy_model(os.path.join(fixtures, "tiny-deepseek-v3"), tokenizer_dir,
                            os.path.join(work, "tiny-v3"))
 CLIENTS = 64
+SAME_OUTPUTS_REQUIRED = os.environ.get("MLA_TEST_SAME_OUTPUTS", "require") == "require"
 rng = random.Random(64)
 shared = [rng.randrange(256) for _ in range(200)]
 prompts = []
@@ -109,7 +114,8 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
         for thread in threads:
             thread.join(timeout=300)
         elapsed = time.monotonic() - started
-        complete = disconnected = 0
+        complete = disconnected = same = 0
+        different = []
         for client, outcome in enumerate(outcomes):
             index, max_tokens, disconnect_after = plan[client]
             assert outcome is not None, f"client {client} did not finish"
@@ -121,9 +127,21 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
             _, text, finish, done = outcome
             expected_text, _ = references[(index, max_tokens)]
             assert done and finish == "length", (client, outcome)
-            assert text == expected_text, (client, len(prompts[index]), text, expected_text)
+            if SAME_OUTPUTS_REQUIRED:
+                assert text == expected_text, (client, len(prompts[index]), text, expected_text)
+            assert text, (client, outcome)
+            if text == expected_text:
+                same += 1
+            else:
+                common = next((i for i, (a, b) in enumerate(zip(text, expected_text)) if a != b),
+                              min(len(text), len(expected_text)))
+                different.append(f"client {client} (prompt {len(prompts[index])}, max_tokens "
+                                 f"{max_tokens}) from character {common} of {len(expected_text)}")
             complete += 1
-        print(f"     {complete} complete streams equal to their plain output, {disconnected} "
+        if different:
+            print(f"     {len(different)} of {complete} complete streams differ from their plain "
+                  "output (counted, not required): " + "; ".join(different))
+        print(f"     {complete} complete streams, {same} equal to their plain output, {disconnected} "
               f"disconnected, in {elapsed:.1f} s; preemptions "
               f"{server.metric('mla_preemptions_total'):.0f}, generated tokens "
               f"{server.metric('mla_generation_tokens_total'):.0f}, prefix-cache hit tokens "
@@ -150,8 +168,9 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
         assert float(cancelled.rsplit(" ", 1)[1]) >= 1, cancelled
         index, max_tokens, _ = plan[0]
         status, text = server.post("/v1/completions", body(prompts[index], max_tokens, False))
-        assert status == 200 and json.loads(text)["choices"][0]["text"] == references[
-            (index, max_tokens)][0]
+        assert status == 200, text
+        if SAME_OUTPUTS_REQUIRED:
+            assert json.loads(text)["choices"][0]["text"] == references[(index, max_tokens)][0]
 
     def a_disconnect_cancels_at_once():
         before = server.metric("mla_choices_finished_total")
