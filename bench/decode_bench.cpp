@@ -100,7 +100,12 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
   const std::vector<DecodeBenchCase> cases = options.only
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);
-  const size_t total = cases.size() * options.kernels.size();
+  size_t per_case = 0;
+  for (kernels::MlaDecodeKernel kernel : options.kernels)
+    per_case += kernel == kernels::MlaDecodeKernel::kFast
+                    ? options.fast_schedules.size() * options.fast_combines.size()
+                    : 1;
+  const size_t total = cases.size() * per_case;
   EventTimer timer(stream);
   std::vector<DecodeBenchRow> rows;
   for (const DecodeBenchCase& config : cases) {
@@ -182,14 +187,24 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     std::vector<std::function<void()>> works;
     for (kernels::MlaDecodeKernel kernel : options.kernels) {
       const bool fast = kernel == kernels::MlaDecodeKernel::kFast;
-      for (size_t i = 0; i < (fast ? options.fast_schedules.size() : 1); ++i) {
+      if (!fast) {
         variants.push_back(params);
         variants.back().kernel = kernel;
         names.push_back(kernels::to_string(kernel));
-        if (!fast) continue;
-        variants.back().schedule = options.fast_schedules[i];
-        if (options.fast_schedules[i] != kernels::MlaDecodeSchedule::kAuto)
-          names.back() += fmt::format("_{}", kernels::to_string(options.fast_schedules[i]));
+        continue;
+      }
+      for (kernels::MlaDecodeSchedule schedule : options.fast_schedules) {
+        for (kernels::MlaDecodeCombine combine : options.fast_combines) {
+          variants.push_back(params);
+          variants.back().kernel = kernel;
+          variants.back().schedule = schedule;
+          variants.back().combine = combine;
+          names.push_back(kernels::to_string(kernel));
+          if (schedule != kernels::MlaDecodeSchedule::kAuto)
+            names.back() += fmt::format("_{}", kernels::to_string(schedule));
+          if (combine != kernels::MlaDecodeCombine::kAuto)
+            names.back() += fmt::format("_{}", kernels::to_string(combine));
+        }
       }
     }
     for (const kernels::MlaDecodeParams& variant : variants)

@@ -52,6 +52,8 @@ struct DecodeBenchOptions {
   // kFast runs once per schedule here (kAuto: row "fast"; else "fast_<schedule>"), interleaved
   // with the other kernels, for A/B measurements of the 64-row bodies in one run.
   std::vector<kernels::MlaDecodeSchedule> fast_schedules = {kernels::MlaDecodeSchedule::kAuto};
+  // And once per combine of each schedule (kAuto: no suffix; else "_fused" / "_launched").
+  std::vector<kernels::MlaDecodeCombine> fast_combines = {kernels::MlaDecodeCombine::kAuto};
   std::string flashmla_reference_path;  // empty: no reference column
   bool causal = true;
 };

@@ -57,8 +57,13 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.fast_schedules = {kernels::MlaDecodeSchedule::kLockstep,
                                     kernels::MlaDecodeSchedule::kSeesawSFirst,
                                     kernels::MlaDecodeSchedule::kSeesawPvFirst};
+  } else if (options.kernel == "combine-ab") {  // kFast's two combines side by side
+    bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
+    bench_options.fast_combines = {kernels::MlaDecodeCombine::kAuto,
+                                   kernels::MlaDecodeCombine::kFused,
+                                   kernels::MlaDecodeCombine::kLaunched};
   } else {
-    throw_error("--kernel must be one of: all, baseline, fast, seesaw-ab; got '{}'",
+    throw_error("--kernel must be one of: all, baseline, fast, seesaw-ab, combine-ab; got '{}'",
                 options.kernel);
   }
 
@@ -188,7 +193,8 @@ void add_bench_command(CLI::App& app) {
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
   decode->add_option("--kernel", options->kernel,
                      "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
-                     "fast_seesaw_s_first, fast_seesaw_pv_first interleaved)");
+                     "fast_seesaw_s_first, fast_seesaw_pv_first interleaved), combine-ab "
+                     "(baseline, fast, fast_fused, fast_launched interleaved)");
   decode->callback([options] { run_bench_decode(*options); });
 
   auto prefill_options = std::make_shared<BenchPrefillOptions>();
