@@ -4,13 +4,13 @@
 # requests in flight, long enough to last about 5 minutes, with a timeline every 10 s (output
 # tok/s per interval, free device memory, host RSS). Output: $OUT/stability.json and
 # $OUT/stability.txt (text, progress and the build's tail on failure).
-#   scripts/gpu/stability.sh [num_prompts]   (default 3000: ~5 min at ~10k output tok/s)
+#   scripts/gpu/stability.sh [num_prompts]   (default 3600: ~5 min at ~12k output tok/s)
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp/mla-out}"
 mkdir -p "$out"
-num_prompts="${1:-3000}"
+num_prompts="${1:-3600}"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 echo "== build ($(date -u +%H:%M:%S))" >"$out/stability.txt"

@@ -234,6 +234,7 @@ void run_bench_throughput(ThroughputOptions o) {
                 last = token.emitted;
                 ++result.output_tokens;
               }
+              output_tokens += static_cast<int64_t>(update.tokens.size());  // as they arrive
               if (update.finish && *update.finish == engine::FinishReason::kError)
                 result.error = update.error;
             }
@@ -243,7 +244,6 @@ void run_bench_throughput(ThroughputOptions o) {
         }
         result.end = Clock::now();
         result.latency = std::chrono::duration<double>(result.end - submitted).count();
-        output_tokens += result.output_tokens;
         ++finished;
       }
     });
@@ -332,6 +332,7 @@ void run_bench_throughput(ThroughputOptions o) {
       cuda.stats().graph_replays, engine.snapshot().preemptions);
   // Throughput per interval and the memory drift over the run (the stability check).
   json timeline_json = json::array();
+  json timeline_summary = nullptr;
   std::vector<double> interval_tok_s;
   for (size_t i = 0; i < timeline.size(); ++i) {
     const Sample& t = timeline[i];
@@ -353,13 +354,26 @@ void run_bench_throughput(ThroughputOptions o) {
       device_min = std::min(device_min, t.device_free_gb);
       device_max = std::max(device_max, t.device_free_gb);
     }
+    // Steady state: without the first interval (the first prompts' prefill) and the last (the
+    // drain, fewer requests left than slots) when there are enough.
+    std::vector<double> steady = interval_tok_s;
+    if (steady.size() >= 4) steady = std::vector<double>(steady.begin() + 1, steady.end() - 1);
+    const double steady_median = median_of(steady);
+    const auto [steady_min, steady_max] = std::minmax_element(steady.begin(), steady.end());
     say(js,
-        "timeline ({} samples every {:.0f} s): interval output tok/s median {:.0f} (min {:.0f}, "
-        "max {:.0f}); free device memory {:.2f}..{:.2f} GB; host RSS {:.0f} -> {:.0f} MB",
-        timeline.size(), o.sample_seconds, median_of(interval_tok_s),
-        *std::min_element(interval_tok_s.begin(), interval_tok_s.end()),
-        *std::max_element(interval_tok_s.begin(), interval_tok_s.end()), device_min, device_max,
-        timeline.front().host_rss_mb, timeline.back().host_rss_mb);
+        "timeline ({} samples every {:.0f} s): steady interval output tok/s median {:.0f} (min "
+        "{:.0f}, max {:.0f}, {} intervals, first and last left out); free device memory "
+        "{:.2f}..{:.2f} GB; host RSS {:.0f} -> {:.0f} MB",
+        timeline.size(), o.sample_seconds, steady_median, *steady_min, *steady_max, steady.size(),
+        device_min, device_max, timeline.front().host_rss_mb, timeline.back().host_rss_mb);
+    timeline_summary = {{"steady_intervals", steady.size()},
+                        {"steady_output_tok_per_s_median", steady_median},
+                        {"steady_output_tok_per_s_min", *steady_min},
+                        {"steady_output_tok_per_s_max", *steady_max},
+                        {"device_free_GB_min", device_min},
+                        {"device_free_GB_max", device_max},
+                        {"host_rss_MB_first", timeline.front().host_rss_mb},
+                        {"host_rss_MB_last", timeline.back().host_rss_mb}};
   }
   if (js) {
     const json out = {
@@ -407,6 +421,7 @@ void run_bench_throughput(ThroughputOptions o) {
           {"ms", spread(mixed_ms).to_json()}}},
         {"graphs",
          {{"captured", cuda.stats().graphs_captured}, {"replays", cuda.stats().graph_replays}}},
+        {"timeline_summary", timeline_summary},
         {"timeline", timeline_json}};
     std::printf("%s\n", out.dump(1).c_str());
   }
