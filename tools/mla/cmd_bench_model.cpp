@@ -622,7 +622,7 @@ void run_bench_step(StepOptions o) {
                                 {"sum_of_ops_us", profile.sum_ops_us},
                                 {"eager_step_us", profile.eager_us},
                                 {"eager_step_profiled_us", profile.eager_profiled_us},
-                                {"graph_step_us", graph ? device_us : 0.0}};
+                                {"graph_step_us", graph ? json(device_us) : json(nullptr)}};
     }
     std::printf("%s\n", out.dump(1).c_str());
   }
