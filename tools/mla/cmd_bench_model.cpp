@@ -216,6 +216,26 @@ StepProfile profile_step(model::CudaBackend& cuda, model::Model& model,
   return p;
 }
 
+// `out` with the profile: the "op_profile" array (ops and phases as in the table) and the
+// "op_profile_step" summary (graph_step_us: null when the measured step was eager).
+json with_op_profile(json out, const StepProfile& p, const json& graph_step_us) {
+  json ops = json::array();
+  for (const OpProfileLine& line : p.lines)
+    ops.push_back({{"name", line.name},
+                   {"phase", line.phase},
+                   {"calls_per_step", line.calls},
+                   {"us_per_step", line.us},
+                   {"pct_of_eager_step", 100 * line.us / p.eager_profiled_us},
+                   {"us_per_call", line.calls > 0 ? line.us / line.calls : 0.0}});
+  out["op_profile"] = ops;
+  out["op_profile_step"] = {{"steps", kProfileSteps},
+                            {"sum_of_ops_us", p.sum_ops_us},
+                            {"eager_step_us", p.eager_us},
+                            {"eager_step_profiled_us", p.eager_profiled_us},
+                            {"graph_step_us", graph_step_us}};
+  return out;
+}
+
 void print_bar(const char* what, int done, int total, const std::string& tail) {
   constexpr int kWidth = 30;
   const int filled = total > 0 ? done * kWidth / total : kWidth;
@@ -589,42 +609,28 @@ void run_bench_step(StepOptions o) {
         graph ? "graph" : "measured (eager)", device_us, profile.eager_us - device_us);
   }
   if (js) {
-    json out = {{"bench", "step"},
-                {"model", source.name},
-                {"load_format", o.source.load_format},
-                {"gpu", cuda::describe(cuda.device())},
-                {"batch", o.batch},
-                {"context", o.context},
-                {"mode", graph ? "step graph" : "eager"},
-                {"runs", o.runs},
-                {"us_per_step_with_logits_copy", us},
-                {"us_per_step_device", device_us},
-                {"bytes_per_step", bytes_json(bytes)},
-                {"weight_bytes_loaded", cuda.stats().weight_bytes},
-                {"ceilings_same_run", ceilings_json(ceilings)},
-                {"roofline_us", roofline_us},
-                {"x_roofline_with_logits_copy", us / roofline_us},
-                {"x_roofline_device", device_us / roofline_us},
-                {"goal_x_roofline", 1.3},
-                {"non_finite_logits", non_finite},
-                {"graph_replays", cuda.stats().graph_replays}};
-    if (o.profile) {
-      json ops = json::array();
-      for (const OpProfileLine& line : profile.lines)
-        ops.push_back({{"name", line.name},
-                       {"phase", line.phase},
-                       {"calls_per_step", line.calls},
-                       {"us_per_step", line.us},
-                       {"pct_of_eager_step", 100 * line.us / profile.eager_profiled_us},
-                       {"us_per_call", line.calls > 0 ? line.us / line.calls : 0.0}});
-      out["op_profile"] = ops;
-      out["op_profile_step"] = {{"steps", kProfileSteps},
-                                {"sum_of_ops_us", profile.sum_ops_us},
-                                {"eager_step_us", profile.eager_us},
-                                {"eager_step_profiled_us", profile.eager_profiled_us},
-                                {"graph_step_us", graph ? json(device_us) : json(nullptr)}};
-    }
-    std::printf("%s\n", out.dump(1).c_str());
+    const json out = {{"bench", "step"},
+                      {"model", source.name},
+                      {"load_format", o.source.load_format},
+                      {"gpu", cuda::describe(cuda.device())},
+                      {"batch", o.batch},
+                      {"context", o.context},
+                      {"mode", graph ? "step graph" : "eager"},
+                      {"runs", o.runs},
+                      {"us_per_step_with_logits_copy", us},
+                      {"us_per_step_device", device_us},
+                      {"bytes_per_step", bytes_json(bytes)},
+                      {"weight_bytes_loaded", cuda.stats().weight_bytes},
+                      {"ceilings_same_run", ceilings_json(ceilings)},
+                      {"roofline_us", roofline_us},
+                      {"x_roofline_with_logits_copy", us / roofline_us},
+                      {"x_roofline_device", device_us / roofline_us},
+                      {"goal_x_roofline", 1.3},
+                      {"non_finite_logits", non_finite},
+                      {"graph_replays", cuda.stats().graph_replays}};
+    const json printed =
+        o.profile ? with_op_profile(out, profile, graph ? json(device_us) : json()) : out;
+    std::printf("%s\n", printed.dump(1).c_str());
   }
 #endif
 }
