@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/tensor_map.h"
 #include "mla/kernels/mla_decode.h"
+#include "mla/kernels/phase_marks.h"
 #include "mla_decode/kernel_args.h"
 
 namespace mla::kernels {
@@ -348,6 +349,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
     spec.box[3] = 1;
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
   }
+  mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);
   } else {
@@ -361,7 +363,10 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
                                     schedule == MlaDecodeSchedule::kSeesawSFirst, stream);
     }
   }
-  if (!fused_combine) decode::launch_combine_kernel(args, fast, stream);
+  if (!fused_combine) {
+    mark_phase("combine", stream);
+    decode::launch_combine_kernel(args, fast, stream);
+  }
 }
 
 }  // namespace mla::kernels

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "mla/kernels/moe.h"
+#include "mla/kernels/phase_marks.h"
 #include "moe/config.h"
 #include "moe/kernel_args.h"
 
@@ -148,6 +149,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   plan.order = ints(layout.order_offset);
   plan.position = ints(layout.position_offset);
   plan.tiles = ints(layout.tiles_offset);
+  mark_phase("plan", stream);
   moe::launch_plan_kernel(plan, stream);
 
   bf16* activation = reinterpret_cast<bf16*>(base + layout.activation_offset);
@@ -167,6 +169,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   gemm.b0 = p.gate_proj;
   gemm.b1 = p.up_proj;
   gemm.c = activation;
+  mark_phase("gate_up", stream);
   moe::launch_gate_up_kernel(gemm, stream);
 
   gemm.n = p.hidden;
@@ -176,6 +179,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   gemm.b0 = p.down_proj;
   gemm.b1 = nullptr;
   gemm.c = expert_out;
+  mark_phase("down", stream);
   moe::launch_down_kernel(gemm, stream);
 
   moe::UnpermuteArgs unpermute;
@@ -189,6 +193,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   unpermute.out_type = p.out_type;
   unpermute.out_row_stride = p.out_row_stride;
   unpermute.accumulate = p.accumulate;
+  mark_phase("unpermute", stream);
   moe::launch_unpermute_kernel(unpermute, stream);
 }
 

@@ -132,6 +132,7 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+  for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
 }
 
 void CudaBackend::resize_arena(size_t bytes) {
@@ -140,6 +141,102 @@ void CudaBackend::resize_arena(size_t bytes) {
   graphs_.clear();
   arena_ = cuda::DeviceArena();
   arena_ = cuda::DeviceArena(bytes);
+}
+
+// --- Op profiling.
+
+void CudaBackend::set_op_profiling(bool on) {
+  profiling_ = on;
+}
+
+cudaEvent_t CudaBackend::pooled_event() {
+  if (!free_events_.empty()) {
+    const cudaEvent_t event = free_events_.back();
+    free_events_.pop_back();
+    return event;
+  }
+  cudaEvent_t event = nullptr;
+  MLA_CUDA_CHECK(cudaEventCreate(&event));
+  all_events_.push_back(event);
+  return event;
+}
+
+size_t CudaBackend::begin_op_record(std::string name, bool phase) {
+  // An op called inside another op (none today) counts as a phase of the outer one.
+  const bool nested = !phase && profile_depth_ > 0;
+  OpRecord record;
+  record.name = nested ? phase_recorder_.op + "/" + name : std::move(name);
+  record.phase = phase || nested;
+  record.start = pooled_event();
+  record.end = pooled_event();
+  MLA_CUDA_CHECK(cudaEventRecord(record.start, stream_));
+  op_records_.push_back(std::move(record));
+  const size_t index = op_records_.size() - 1;
+  if (!phase && profile_depth_++ == 0) {
+    phase_recorder_.backend = this;
+    phase_recorder_.op = op_records_[index].name;
+    kernels::set_phase_listener(&phase_recorder_);
+  }
+  return index;
+}
+
+// From OpScope's destructor, so it never throws: a pair whose end was not recorded is dropped
+// when folding.
+void CudaBackend::end_op_record(size_t record) {
+  if (--profile_depth_ == 0) {
+    phase_recorder_.close();
+    kernels::set_phase_listener(nullptr);
+  }
+  cudaEventRecord(op_records_[record].end, stream_);
+}
+
+void CudaBackend::PhaseRecorder::phase(const char* name, cudaStream_t) {
+  close();
+  open_record = backend->begin_op_record(op + "/" + name, /*phase=*/true);
+  has_open = true;
+}
+
+void CudaBackend::PhaseRecorder::close() {
+  if (!has_open) return;
+  cudaEventRecord(backend->op_records_[open_record].end, backend->stream_);
+  has_open = false;
+}
+
+void CudaBackend::fold_op_records() {
+  for (const OpRecord& record : op_records_) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, record.start, record.end) == cudaSuccess) {
+      OpProfileEntry& entry = op_totals_[record.name];
+      entry.name = record.name;
+      entry.phase = record.phase;
+      ++entry.calls;
+      entry.total_us += 1e3 * ms;
+    } else {
+      cudaGetLastError();  // not a sticky error: clear it
+    }
+    free_events_.push_back(record.start);
+    free_events_.push_back(record.end);
+  }
+  op_records_.clear();
+}
+
+std::vector<OpProfileEntry> CudaBackend::op_profile() {
+  MLA_CHECK(!capturing_ && profile_depth_ == 0);
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  fold_op_records();
+  std::vector<OpProfileEntry> entries;
+  for (const auto& [name, entry] : op_totals_) entries.push_back(entry);
+  std::stable_sort(
+      entries.begin(), entries.end(),
+      [](const OpProfileEntry& a, const OpProfileEntry& b) { return a.total_us > b.total_us; });
+  return entries;
+}
+
+void CudaBackend::reset_op_profile() {
+  MLA_CHECK(!capturing_ && profile_depth_ == 0);
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  fold_op_records();  // gives the events back to the pool
+  op_totals_.clear();
 }
 
 // --- Memory.
@@ -210,6 +307,7 @@ void CudaBackend::fill(Tensor& dst, float value) {
 }
 
 void CudaBackend::copy_to_host(const Tensor& src, float* dst) {
+  const OpScope scope = profile_scope("copy_to_host");
   const Dims3 dims = as_dims3(src, "copy_to_host source");
   const int64_t count = dims.d[0] * dims.d[1] * dims.d[2];
   if (count == 0) return;
@@ -230,6 +328,7 @@ void CudaBackend::copy_to_host(const Tensor& src, float* dst) {
 // --- The step.
 
 void CudaBackend::begin_step(const StepPlan& plan) {
+  const OpScope scope = profile_scope("begin_step");
   MLA_CHECK(!capturing_);
   // The previous upload must have left the pinned buffer before it is rewritten.
   MLA_CUDA_CHECK(cudaEventSynchronize(staging_done_));
@@ -305,6 +404,7 @@ void CudaBackend::begin_step(const StepPlan& plan) {
 }
 
 void CudaBackend::plan_decode() {
+  const OpScope scope = profile_scope("plan_decode");
   if (decode_workspace_ == nullptr) return;
   // From the device seqlens: inside a step graph, a replay plans from the seqlens begin_step
   // has just uploaded. The plan also zeroes kFast's fused-combine counters.
@@ -338,6 +438,7 @@ const void* CudaBackend::step_data(const void* host_member, const char* what) co
 bool CudaBackend::replay_step_graph(int graph_id) {
   const auto it = graphs_.find(graph_id);
   if (it == graphs_.end()) return false;
+  const OpScope scope = profile_scope("replay_step_graph");
   MLA_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   ++stats_.graph_replays;
   return true;
@@ -393,6 +494,7 @@ Tensor CudaBackend::bf16_input(const Tensor& x) {
 }
 
 void CudaBackend::embedding(const Tensor& table, Tensor& out) {
+  const OpScope scope = profile_scope("embedding");
   MLA_CHECK(table.dtype == DType::kBF16 && table.rank == 2 && table.is_contiguous());
   const Rows r = as_rows(out, "embedding output");
   MLA_CHECK_EQ(r.rows, static_cast<int64_t>(plan_->num_tokens));
@@ -403,6 +505,7 @@ void CudaBackend::embedding(const Tensor& table, Tensor& out) {
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  const OpScope scope = profile_scope("rms_norm");
   const Rows r = as_rows(x, "rms_norm input");
   MLA_CHECK(weight.dtype == DType::kBF16 && weight.numel() == r.cols);
   kernels::launch_rms_norm(strided2d(x, "rms_norm input"), weight.as<bf16>(), r.rows, r.cols, eps,
@@ -411,6 +514,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Ten
 
 void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight,
                                float eps, Tensor& out) {
+  const OpScope scope = profile_scope("add_rms_norm");
   MLA_CHECK(residual.dtype == DType::kF32);
   const Rows r = as_rows(residual, "residual");
   MLA_CHECK(weight.dtype == DType::kBF16 && weight.numel() == r.cols);
@@ -420,6 +524,7 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
 }
 
 void CudaBackend::linear(const Tensor& x_in, const Tensor& weight, Tensor& out) {
+  const OpScope scope = profile_scope("linear");
   const Tensor x = bf16_input(x_in);
   const Rows rx = as_rows(x, "linear input");
   const Rows ro = as_rows(out, "linear output");
@@ -442,6 +547,7 @@ void CudaBackend::linear(const Tensor& x_in, const Tensor& weight, Tensor& out) 
 }
 
 void CudaBackend::add(Tensor& x, const Tensor& y) {
+  const OpScope scope = profile_scope("add");
   const Rows rx = as_rows(x, "add destination");
   const Rows ry = as_rows(y, "add operand");
   MLA_CHECK(rx.rows == ry.rows && rx.cols == ry.cols);
@@ -450,12 +556,14 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  const OpScope scope = profile_scope("silu_mul");
   const Rows r = as_rows(gate, "silu_mul gate");
   kernels::launch_silu_mul(strided2d(gate, "silu_mul gate"), strided2d(up, "silu_mul up"), r.rows,
                            r.cols, strided2d(out, "silu_mul output"), stream_);
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  const OpScope scope = profile_scope("copy");
   const Dims3 ds = as_dims3(src, "copy source");
   const Dims3 dd = as_dims3(dst, "copy destination");
   for (int i = 0; i < 3; ++i) MLA_CHECK_EQ(ds.d[i], dd.d[i]);
@@ -464,6 +572,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) {
+  const OpScope scope = profile_scope("gather_rows");
   const Rows r = as_rows(x, "gather_rows source");
   kernels::launch_gather_rows(strided2d(x, "gather_rows source"),
                               static_cast<const int32_t*>(step_data(&rows, "gather_rows rows")),
@@ -486,6 +595,7 @@ const float* CudaBackend::inv_freq_on_device(const RopeTable& rope) {
 }
 
 void CudaBackend::rope(Tensor& x, const RopeTable& rope) {
+  const OpScope scope = profile_scope("rope");
   MLA_CHECK(x.rank == 2 || x.rank == 3);
   const int rotary_dim = static_cast<int>(x.shape[x.rank - 1]);
   MLA_CHECK_EQ(static_cast<size_t>(rotary_dim), 2 * rope.inv_freq.size());
@@ -500,6 +610,7 @@ void CudaBackend::rope(Tensor& x, const RopeTable& rope) {
 // --- MLA.
 
 void CudaBackend::write_latent_cache(const Tensor& latent, Tensor& cache) {
+  const OpScope scope = profile_scope("write_latent_cache");
   MLA_CHECK(cache.dtype == DType::kBF16 && cache.rank == 3 && cache.is_contiguous());
   const Rows r = as_rows(latent, "latent");
   MLA_CHECK_EQ(r.cols, cache.shape[2]);
@@ -518,6 +629,7 @@ void CudaBackend::write_latent_cache(const Tensor& latent, Tensor& cache) {
 
 void CudaBackend::latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, float eps,
                                      const RopeTable& rope, Tensor& latent, Tensor& cache) {
+  const OpScope scope = profile_scope("latent_cache_write");
   MLA_CHECK(cache.dtype == DType::kBF16 && cache.rank == 3 && cache.is_contiguous());
   const Rows r = as_rows(kv_a, "kv_a");
   kernels::LatentCacheWriteParams p{};
@@ -541,6 +653,7 @@ void CudaBackend::latent_cache_write(const Tensor& kv_a, const Tensor& norm_weig
 
 void CudaBackend::gather_latent_cache(const Tensor& cache, const std::vector<int64_t>& slots,
                                       Tensor& out) {
+  const OpScope scope = profile_scope("gather_latent_cache");
   MLA_CHECK(cache.dtype == DType::kBF16 && cache.rank == 3 && cache.is_contiguous());
   kernels::launch_gather_latent_cache(
       cache.as<bf16>(), cache.stride[1], cache.shape[2],
@@ -549,6 +662,7 @@ void CudaBackend::gather_latent_cache(const Tensor& cache, const std::vector<int
 }
 
 void CudaBackend::head_matmul(const Tensor& a_in, const Tensor& b, bool transpose_b, Tensor& out) {
+  const OpScope scope = profile_scope("head_matmul");
   MLA_CHECK(a_in.rank == 3 && b.rank == 3 && out.rank == 3);
   MLA_CHECK(a_in.dtype == DType::kBF16 && b.dtype == DType::kBF16);
   const Tensor& a = a_in;
@@ -574,6 +688,7 @@ void CudaBackend::head_matmul(const Tensor& a_in, const Tensor& b, bool transpos
 
 void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, int head_dim_v,
                              float softmax_scale, Tensor& out, Tensor& lse) {
+  const OpScope scope = profile_scope("mla_decode");
   MLA_CHECK(q.dtype == DType::kBF16 && out.dtype == DType::kBF16 && lse.dtype == DType::kF32);
   MLA_CHECK(cache.dtype == DType::kBF16 && cache.rank == 3 && cache.is_contiguous());
   MLA_CHECK(q.rank == 3 && out.rank == 3 && lse.is_contiguous());
@@ -623,6 +738,7 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, int head_dim_
 void CudaBackend::attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                             const std::vector<AttentionSpan>& spans, float softmax_scale,
                             Tensor& out, Tensor& lse) {
+  const OpScope scope = profile_scope("attention");
   MLA_CHECK(q_in.rank == 3 && k_in.rank == 3 && v_in.rank == 3 && out.rank == 3);
   MLA_CHECK(q_in.dtype == DType::kBF16 && k_in.dtype == DType::kBF16 &&
             v_in.dtype == DType::kBF16 && out.dtype == DType::kBF16 && lse.dtype == DType::kF32);
@@ -656,6 +772,7 @@ void CudaBackend::attention(const Tensor& q_in, const Tensor& k_in, const Tensor
 
 void CudaBackend::merge_attention(Tensor& out, Tensor& lse, const Tensor& part_out,
                                   const Tensor& part_lse) {
+  const OpScope scope = profile_scope("merge_attention");
   MLA_CHECK(out.rank == 3 && part_out.rank == 3 && lse.rank == 2 && part_lse.rank == 2);
   const Dims3 d_out = as_dims3(out, "merge output");
   const Dims3 d_part = as_dims3(part_out, "merge part");
@@ -669,6 +786,7 @@ void CudaBackend::merge_attention(Tensor& out, Tensor& lse, const Tensor& part_o
 
 std::vector<RowSample> CudaBackend::sample(const Tensor& logits,
                                            std::span<const RowSampling> rows) {
+  const OpScope scope = profile_scope("sample");
   MLA_CHECK(logits.dtype == DType::kF32 && logits.rank == 2);
   MLA_CHECK(!capturing_);
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -780,6 +898,7 @@ std::vector<RowSample> CudaBackend::sample(const Tensor& logits,
 void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                             const ref::MoeRoutingParams& params, Tensor& expert_ids,
                             Tensor& expert_weights) {
+  const OpScope scope = profile_scope("moe_route");
   MLA_CHECK(router_logits.dtype == DType::kF32 && router_logits.rank == 2);
   MLA_CHECK_EQ(router_logits.shape[1], params.num_experts);
   MLA_CHECK(expert_ids.dtype == DType::kI32 && expert_ids.is_contiguous());
@@ -813,6 +932,7 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
 void CudaBackend::moe_experts(const Tensor& x_in, const Tensor& expert_ids,
                               const Tensor& expert_weights, const ExpertWeights& experts,
                               Tensor& out) {
+  const OpScope scope = profile_scope("moe_experts");
   const Tensor x = bf16_input(x_in);
   const Rows rx = as_rows(x, "MoE input");
   const Rows ro = as_rows(out, "MoE output");

@@ -9,6 +9,14 @@
 // replayable. The one subtle thing: per-step host data (token ids, positions, slots, block tables,
 // spans, gather lists) is uploaded in begin_step in one copy, and the ops find their device copy by
 // the address of the StepPlan member they are handed (the model passes plan members by reference).
+//
+// Op profiling (set_op_profiling): every op of a step, plus copy_to_host, sample and
+// replay_step_graph, records a pair of timing events on the stream around its work, by name; the
+// kernel tier's multi-kernel launches add their phases (kernels/phase_marks.h) as nested entries
+// named "op/phase" (mla_decode/split_kv, moe_experts/gate_up, ...). Ops are not recorded while a
+// step graph is being captured (the events would become graph nodes): profiling is silently
+// ignored there. Events come from a pool reused across steps; op_profile() synchronises the stream,
+// folds the recorded pairs into per-name totals and returns the pool's events.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,6 +31,7 @@
 #include "cuda/arena.h"
 #include "cuda/device.h"
 #include "mla/kernels/mla_decode.h"
+#include "mla/kernels/phase_marks.h"
 #include "model/backend.h"
 
 struct cublasContext;
@@ -33,6 +42,16 @@ struct CudaBackendOptions {
   size_t arena_bytes = size_t(512) << 20;  // per-step memory (see the header comment)
   kernels::MlaDecodeKernel decode_kernel = kernels::MlaDecodeKernel::kFast;
   kernels::MlaDecodeCombine decode_combine = kernels::MlaDecodeCombine::kAuto;  // kFast's merge
+};
+
+// One name's totals since the last reset_op_profile(). A phase is nested inside an op (its time
+// is part of the op's), so a step's time is the sum over entries that are not phases.
+struct OpProfileEntry {
+  std::string name;
+  bool phase = false;
+  int64_t calls = 0;
+  double total_us = 0;
+  double mean_us() const { return calls > 0 ? total_us / calls : 0; }
 };
 
 struct CudaBackendStats {
@@ -79,6 +98,13 @@ class CudaBackend final : public Backend {
   size_t scratch_mark() override { return arena_.used(); }
   void scratch_release(size_t mark) override { arena_.rewind(mark); }
 
+  // Op profiling (see the header comment). Turning it off keeps the totals; recording stops.
+  void set_op_profiling(bool on);
+  bool op_profiling() const { return profiling_; }
+  // Synchronises the stream; the totals by name, largest total first.
+  std::vector<OpProfileEntry> op_profile();
+  void reset_op_profile();
+
   void embedding(const Tensor& table, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
@@ -114,6 +140,45 @@ class CudaBackend final : public Backend {
                    const ExpertWeights& experts, Tensor& out) override;
 
  private:
+  // Op profiling: an event pair per op (or phase) on the stream. An OpScope ends its record when
+  // it goes out of scope; an empty one (profiling off, or a graph being captured) does nothing.
+  class OpScope {
+   public:
+    OpScope() = default;
+    OpScope(CudaBackend* backend, size_t record) : backend_(backend), record_(record) {}
+    ~OpScope() {
+      if (backend_ != nullptr) backend_->end_op_record(record_);
+    }
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+
+   private:
+    CudaBackend* backend_ = nullptr;
+    size_t record_ = 0;
+  };
+  struct OpRecord {
+    std::string name;
+    bool phase = false;
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  // The kernel tier's phase marks inside the op being profiled, as nested records.
+  struct PhaseRecorder final : kernels::PhaseListener {
+    CudaBackend* backend = nullptr;
+    std::string op;          // the enclosing op's name
+    size_t open_record = 0;  // the phase being timed, when has_open
+    bool has_open = false;
+    void phase(const char* name, cudaStream_t stream) override;
+    void close();
+  };
+  OpScope profile_scope(const char* name) {
+    if (!profiling_ || capturing_) return {};
+    return OpScope(this, begin_op_record(name));
+  }
+  size_t begin_op_record(std::string name, bool phase = false);
+  void end_op_record(size_t record);
+  cudaEvent_t pooled_event();
+  void fold_op_records();  // after a stream sync
+
   // The device copy of a StepPlan member uploaded by begin_step (by the member's address).
   const void* step_data(const void* host_member, const char* what) const;
   Tensor owned_tensor(DType dtype, std::initializer_list<int64_t> shape);
@@ -160,6 +225,15 @@ class CudaBackend final : public Backend {
   std::map<int, cudaGraphExec_t> graphs_;
   int next_graph_id_ = 1;
   bool capturing_ = false;
+
+  // Op profiling.
+  bool profiling_ = false;
+  int profile_depth_ = 0;  // open op records (phases are not counted)
+  PhaseRecorder phase_recorder_;
+  std::vector<OpRecord> op_records_;      // recorded, not yet folded
+  std::vector<cudaEvent_t> free_events_;  // the pool
+  std::vector<cudaEvent_t> all_events_;   // every event the pool made (destroyed at the end)
+  std::map<std::string, OpProfileEntry> op_totals_;
 };
 
 }  // namespace mla::model

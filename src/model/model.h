@@ -96,6 +96,9 @@ class Model {
 
   const weights::ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  // Step graphs on or off for the steps that follow (ModelOptions::step_graphs); recordings are
+  // kept, so turning them back on replays them.
+  void set_step_graphs(bool on) { options_.step_graphs = on; }
   Backend& backend() { return backend_; }
   const LayerWeights& layer(int index) const { return layers_.at(index); }
 

@@ -3,12 +3,14 @@
 // uploads, spans and gather lists are the real ones). When the whole-model test
 // (test_cuda_backend_gpu.cpp) disagrees with Hugging Face, this one says which op does.
 // Tolerance: relative L2 of the fp32 results ≤ 1e-2 (bf16 outputs round at 2^-9 relative; the
-// CPU side is fp32/double on the same rounded inputs); routing ids must match exactly.
+// CPU side is fp32/double on the same rounded inputs); routing ids must match exactly. Then the
+// op profiler (CudaBackend::set_op_profiling) on whole steps of the tiny V2-Lite fixture.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,7 +19,10 @@
 #include "gpu_test_support.h"
 #include "model/cpu_backend.h"
 #include "model/cuda_backend.h"
+#include "model/model.h"
 #include "model/step_plan.h"
+#include "model/synthetic_batch.h"
+#include "tests/model_golden_support.h"
 
 namespace mla {
 namespace {
@@ -305,6 +310,107 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
   }
   b.cuda.end_step();
   b.cpu.end_step();
+}
+
+// The op profiler (CudaBackend::set_op_profiling) on whole decode steps of the tiny V2-Lite fixture
+// (2 layers, the second MoE): four decode rows of 100 cached tokens each.
+struct ProfiledModel {
+  model::CudaBackend backend;
+  std::unique_ptr<model::Model> deepseek;
+  model::SyntheticBatch step;
+  model::LatentCache cache;
+
+  explicit ProfiledModel(bool step_graphs) {
+    model::ModelOptions options;
+    options.step_graphs = step_graphs;
+    deepseek = model::Model::load(testing::fixture_dir("tiny-deepseek-v2-lite"), backend, options);
+    step = model::make_synthetic_batch({4, 100, 0, 0, 0}, deepseek->config().vocab_size, 64, 1);
+    cache = deepseek->allocate_cache(step.num_pages, 64);
+    for (Tensor& layer : cache.layers) backend.fill(layer, 0.25f);
+  }
+  void forward() { deepseek->forward(step.batch, cache); }
+};
+
+const model::OpProfileEntry* find_entry(const std::vector<model::OpProfileEntry>& profile,
+                                        const std::string& name) {
+  for (const model::OpProfileEntry& entry : profile)
+    if (entry.name == name) return &entry;
+  return nullptr;
+}
+
+TEST(CudaBackendOps, OpProfilerTimesEveryOpOfAnEagerStep) {
+  MLA_REQUIRE_SM90_GPU();
+  ProfiledModel m(/*step_graphs=*/false);
+  m.forward();  // first-use set-up, not profiled
+  EXPECT_TRUE(m.backend.op_profile().empty());
+  m.backend.set_op_profiling(true);
+  m.forward();
+  const std::vector<model::OpProfileEntry> profile = m.backend.op_profile();
+  for (const model::OpProfileEntry& e : profile)
+    std::printf("[ profile  ] %-24s %s calls %3lld  %8.1f us\n", e.name.c_str(),
+                e.phase ? "phase" : "op   ", static_cast<long long>(e.calls), e.total_us);
+  for (const char* name :
+       {"begin_step", "plan_decode", "embedding", "linear", "head_matmul", "latent_cache_write",
+        "mla_decode", "mla_decode/split_kv", "moe_route", "moe_experts", "moe_experts/plan",
+        "moe_experts/gate_up", "moe_experts/down", "moe_experts/unpermute"}) {
+    const model::OpProfileEntry* entry = find_entry(profile, name);
+    ASSERT_NE(entry, nullptr) << name;
+    EXPECT_GT(entry->calls, 0) << name;
+    EXPECT_GT(entry->total_us, 0.0) << name;
+    EXPECT_EQ(entry->phase, std::string(name).find('/') != std::string::npos) << name;
+  }
+  int moe_layers = 0;
+  for (int i = 0; i < m.deepseek->config().num_hidden_layers; ++i)
+    moe_layers += m.deepseek->layer(i).is_moe;
+  EXPECT_EQ(find_entry(profile, "mla_decode")->calls, m.deepseek->config().num_hidden_layers);
+  EXPECT_EQ(find_entry(profile, "moe_experts")->calls, moe_layers);
+  EXPECT_EQ(find_entry(profile, "moe_experts/gate_up")->calls, moe_layers);
+  // Phases lie inside their op's event pair, one after the other: their sum is at most the op's
+  // time, up to the events' resolution (about 0.5 us per elapsed-time reading).
+  double moe_phases_us = 0;
+  for (const char* phase : {"plan", "gate_up", "down", "unpermute"})
+    moe_phases_us += find_entry(profile, std::string("moe_experts/") + phase)->total_us;
+  EXPECT_LE(moe_phases_us, find_entry(profile, "moe_experts")->total_us + 4 * 0.5 * moe_layers);
+
+  // Off: the totals stay, nothing more is recorded; a reset empties them.
+  m.backend.set_op_profiling(false);
+  m.forward();
+  const std::vector<model::OpProfileEntry> after = m.backend.op_profile();
+  ASSERT_EQ(after.size(), profile.size());
+  for (const model::OpProfileEntry& entry : after) {
+    const model::OpProfileEntry* before = find_entry(profile, entry.name);
+    ASSERT_NE(before, nullptr) << entry.name;
+    EXPECT_EQ(entry.calls, before->calls) << entry.name;
+    EXPECT_EQ(entry.total_us, before->total_us) << entry.name;
+  }
+  m.backend.reset_op_profile();
+  EXPECT_TRUE(m.backend.op_profile().empty());
+}
+
+// While a step graph is captured the profiler records nothing (events would become graph nodes);
+// a replay is one entry, replay_step_graph, and begin_step (outside the recording) is timed too.
+TEST(CudaBackendOps, OpProfilerIgnoresGraphCaptureAndTimesReplays) {
+  MLA_REQUIRE_SM90_GPU();
+  ProfiledModel m(/*step_graphs=*/true);
+  m.backend.set_op_profiling(true);
+  m.forward();  // eager (first step of the bucket): recorded
+  EXPECT_NE(find_entry(m.backend.op_profile(), "linear"), nullptr);
+  m.backend.reset_op_profile();
+  m.forward();  // captured
+  EXPECT_EQ(m.backend.stats().graphs_captured, 1);
+  std::vector<model::OpProfileEntry> profile = m.backend.op_profile();
+  EXPECT_EQ(find_entry(profile, "linear"), nullptr);
+  EXPECT_EQ(find_entry(profile, "mla_decode/split_kv"), nullptr);
+  ASSERT_NE(find_entry(profile, "begin_step"), nullptr);
+  m.backend.reset_op_profile();
+  m.forward();  // replayed
+  EXPECT_EQ(m.backend.stats().graph_replays, 1);
+  profile = m.backend.op_profile();
+  EXPECT_EQ(find_entry(profile, "linear"), nullptr);
+  const model::OpProfileEntry* replay = find_entry(profile, "replay_step_graph");
+  ASSERT_NE(replay, nullptr);
+  EXPECT_EQ(replay->calls, 1);
+  EXPECT_GT(replay->total_us, 0.0);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -82,6 +84,7 @@ struct StepOptions {
   int runs = 30;
   uint64_t seed = 0;
   bool json = false;
+  bool profile = false;  // op by op, over a few eager steps after the measurement
 };
 
 #if MLA_WITH_CUDA_BACKEND
@@ -135,6 +138,102 @@ bench::Ceilings measure(model::CudaBackend& cuda, bool json_mode) {
   say(json_mode, "Ceilings (this run): copy {:.0f} GB/s (read + write), bf16 GEMM {:.0f} TFLOP/s",
       ceilings.copy_gbps, ceilings.gemm_tflops);
   return ceilings;
+}
+
+// `mla bench step --profile`: kProfileSteps eager steps with the backend's op profiler on, the
+// median per op over them, against the eager step's time on the stream (with and without the
+// profiler's events) and the graph step's. Event pairs time an op from when the stream reaches its
+// first event, so when the host cannot keep the GPU busy an op's time includes its own launch
+// latency; the gaps between ops (eager step − sum of ops) are the rest of the launch overhead.
+constexpr int kProfileSteps = 5;
+
+struct OpProfileLine {
+  std::string name;
+  bool phase = false;
+  double calls = 0, us = 0;  // per step, medians over the profiled steps
+};
+
+struct StepProfile {
+  std::vector<OpProfileLine> lines;  // ops by time per step, each followed by its phases
+  double sum_ops_us = 0;             // over ops, not phases
+  double eager_us = 0;               // median eager step on the stream, profiler off
+  double eager_profiled_us = 0;      // the same with the profiler's events
+};
+
+StepProfile profile_step(model::CudaBackend& cuda, model::Model& model,
+                         const std::function<void()>& forward) {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  MLA_CUDA_CHECK(cudaEventCreate(&begin));
+  MLA_CUDA_CHECK(cudaEventCreate(&end));
+  auto timed_us = [&](bool profiled) {
+    if (profiled) cuda.reset_op_profile();
+    MLA_CUDA_CHECK(cudaEventRecord(begin, cuda.stream()));
+    forward();
+    MLA_CUDA_CHECK(cudaEventRecord(end, cuda.stream()));
+    MLA_CUDA_CHECK(cudaEventSynchronize(end));
+    float ms = 0;
+    MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+    return 1e3 * ms;
+  };
+  model.set_step_graphs(false);
+  forward();  // warm-up of the eager path
+  std::vector<double> eager, profiled;
+  for (int i = 0; i < kProfileSteps; ++i) eager.push_back(timed_us(false));
+  std::map<std::string, std::vector<double>> calls, us;
+  std::map<std::string, bool> is_phase;
+  cuda.set_op_profiling(true);
+  for (int i = 0; i < kProfileSteps; ++i) {
+    profiled.push_back(timed_us(true));
+    for (const model::OpProfileEntry& entry : cuda.op_profile()) {
+      calls[entry.name].push_back(static_cast<double>(entry.calls));
+      us[entry.name].push_back(entry.total_us);
+      is_phase[entry.name] = entry.phase;
+    }
+  }
+  cuda.set_op_profiling(false);
+  cuda.reset_op_profile();
+  model.set_step_graphs(true);
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+
+  StepProfile p;
+  p.eager_us = median_of(eager);
+  p.eager_profiled_us = median_of(profiled);
+  std::vector<OpProfileLine> ops, phases;
+  for (const auto& [name, values] : us) {
+    const OpProfileLine line{name, is_phase[name], median_of(calls[name]), median_of(values)};
+    (line.phase ? phases : ops).push_back(line);
+    if (!line.phase) p.sum_ops_us += line.us;
+  }
+  auto by_time = [](const OpProfileLine& a, const OpProfileLine& b) { return a.us > b.us; };
+  std::sort(ops.begin(), ops.end(), by_time);
+  std::sort(phases.begin(), phases.end(), by_time);
+  for (const OpProfileLine& op : ops) {
+    p.lines.push_back(op);
+    for (const OpProfileLine& phase : phases)
+      if (phase.name.starts_with(op.name + "/")) p.lines.push_back(phase);
+  }
+  return p;
+}
+
+// `out` with the profile: the "op_profile" array (ops and phases as in the table) and the
+// "op_profile_step" summary (graph_step_us: null when the measured step was eager).
+json with_op_profile(json out, const StepProfile& p, const json& graph_step_us) {
+  json ops = json::array();
+  for (const OpProfileLine& line : p.lines)
+    ops.push_back({{"name", line.name},
+                   {"phase", line.phase},
+                   {"calls_per_step", line.calls},
+                   {"us_per_step", line.us},
+                   {"pct_of_eager_step", 100 * line.us / p.eager_profiled_us},
+                   {"us_per_call", line.calls > 0 ? line.us / line.calls : 0.0}});
+  out["op_profile"] = ops;
+  out["op_profile_step"] = {{"steps", kProfileSteps},
+                            {"sum_of_ops_us", p.sum_ops_us},
+                            {"eager_step_us", p.eager_us},
+                            {"eager_step_profiled_us", p.eager_profiled_us},
+                            {"graph_step_us", graph_step_us}};
+  return out;
 }
 
 void print_bar(const char* what, int done, int total, const std::string& tail) {
@@ -519,6 +618,23 @@ void run_bench_step(StepOptions o) {
       device_us / roofline_us, 100 * roofline_us / device_us, us / roofline_us,
       100 * roofline_us / us,
       non_finite > 0 ? fmt::format("; WARNING: {} logits are not finite", non_finite) : "");
+  StepProfile profile;
+  if (o.profile) {
+    say(js, "Profiling {} eager steps op by op...", kProfileSteps);
+    profile = profile_step(cuda, model, forward);
+    const double step_us = profile.eager_profiled_us;
+    say(js, "{:<28} {:>10} {:>12} {:>8} {:>11}", "op (median of steps)", "calls/step", "us/step",
+        "% step", "us/call");
+    for (const OpProfileLine& line : profile.lines)
+      say(js, "{:<28} {:>10.0f} {:>9.1f} us {:>7.1f}% {:>8.2f} us",
+          line.phase ? "  " + line.name : line.name, line.calls, line.us, 100 * line.us / step_us,
+          line.calls > 0 ? line.us / line.calls : 0.0);
+    say(js,
+        "sum of ops {:.0f} us; eager step {:.0f} us on the stream ({:.0f} us with the profiler's "
+        "events): {:.0f} us between ops; {} step {:.0f} us ({:.0f} us less than eager)",
+        profile.sum_ops_us, profile.eager_us, step_us, step_us - profile.sum_ops_us,
+        graph ? "graph" : "measured (eager)", device_us, profile.eager_us - device_us);
+  }
   if (js) {
     const json out = {{"bench", "step"},
                       {"model", source.name},
@@ -539,7 +655,9 @@ void run_bench_step(StepOptions o) {
                       {"goal_x_roofline", 1.3},
                       {"non_finite_logits", non_finite},
                       {"graph_replays", cuda.stats().graph_replays}};
-    std::printf("%s\n", out.dump(1).c_str());
+    const json printed =
+        o.profile ? with_op_profile(out, profile, graph ? json(device_us) : json()) : out;
+    std::printf("%s\n", printed.dump(1).c_str());
   }
 #endif
 }
@@ -598,6 +716,8 @@ void add_bench_model_commands(CLI::App* bench) {
   s->add_option("--seed", step->seed, "Seed of the batch and the cache contents")
       ->capture_default_str();
   s->add_flag("--json", step->json, "Print one JSON object on stdout (text to stderr)");
+  s->add_flag("--profile", step->profile,
+              "Then time every backend op over a few eager steps (table; \"op_profile\" in JSON)");
   s->callback([step] { run_bench_step(*step); });
 }
 
