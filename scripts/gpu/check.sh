@@ -12,7 +12,9 @@
 #   scripts/gpu/check.sh [full|quick]   (full: the whole benchmark sweep)
 # Order: build, GPU tests, the whole-model benchmarks, the decode benchmark, the Python suite, the
 # CPU tests and the demo (what matters most first, in case the call's time runs out).
-# MLA_SKIP_PYTHON=1 builds without the PyTorch extension and skips its suite.
+# MLA_SKIP_PYTHON=1 builds without the PyTorch extension and skips its suite; MLA_DECODE_KERNELS
+# picks the decode benchmark's --kernel (all, seesaw-ab, combine-ab, ...); MLA_CTEST_TIMEOUT bounds
+# each GPU test (seconds).
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,7 +81,7 @@ if build-gpu/mla bench throughput --help >/dev/null 2>&1; then
   rm -f build-gpu/bench-step.json build-gpu/bench-throughput.json
   step "model step benchmark (batch 128, context 2048)"
   echo "== mla bench step" >>"$out/bench-decode.txt"
-  timeout -k 10 120 build-gpu/mla bench step "${model_args[@]}" --batch 128 --context 2048 \
+  timeout -k 10 150 build-gpu/mla bench step "${model_args[@]}" --batch 128 --context 2048 --profile \
     >build-gpu/bench-step.json 2>>"$out/bench-decode.txt" || { echo "FAILED ($?)"; status=1; }
   write_model_json  # now too: a call cut short in the throughput run keeps the step's JSON
   step "model throughput benchmark (1000/1000, 256 prompts, 256 concurrent)"
@@ -95,7 +97,7 @@ else
 fi
 
 step "decode benchmark ($mode)"
-bench_args=(--json "$out/bench-decode.json" --commit "$commit")
+bench_args=(--json "$out/bench-decode.json" --commit "$commit" --kernel "${MLA_DECODE_KERNELS:-all}")
 [ "$mode" = quick ] && bench_args+=(--quick)
 echo "== mla bench decode" >>"$out/bench-decode.txt"  # after the model benchmarks' text
 build-gpu/mla bench decode "${bench_args[@]}" >build-gpu/bench-decode-table.txt 2>/dev/null || status=1
