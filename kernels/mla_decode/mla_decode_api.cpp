@@ -138,6 +138,7 @@ MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t 
     static const int64_t from_environment =
         environment_count("MLA_FUSED_COMBINE_MAX_MERGE_BYTES", int64_t(1) << 50);
     max_merge_bytes = from_environment >= 0 ? from_environment : kFusedCombineMaxMergeBytes;
+    if (max_merge_bytes < 0) return MlaDecodeCombine::kLaunched;
   }
   const int64_t bytes =
       fused_merge_bytes_estimate(params.batch, params.seqlen_q, params.num_heads_q,

@@ -158,8 +158,9 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.kernel = MlaDecodeKernel::kFast;
   EXPECT_EQ(resolved_decode_combine(p, 512 * 1024), MlaDecodeCombine::kFused);
   EXPECT_EQ(resolved_decode_combine(p, 512 * 1024 - 1), MlaDecodeCombine::kLaunched);
-  p.max_pages_per_seq = 512;  // 132 pieces: 4.1 MiB
-  EXPECT_EQ(resolved_decode_combine(p, kFusedCombineMaxMergeBytes), MlaDecodeCombine::kLaunched);
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // the default: never fused
+  p.max_pages_per_seq = 512;                                            // 132 pieces: 4.1 MiB
+  EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 20), MlaDecodeCombine::kLaunched);
   p.combine = MlaDecodeCombine::kFused;  // forced either way
   EXPECT_EQ(resolved_decode_combine(p, 0), MlaDecodeCombine::kFused);
   p.combine = MlaDecodeCombine::kLaunched;
@@ -167,7 +168,7 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.combine = MlaDecodeCombine::kAuto;
   p.batch = 8;
   p.max_pages_per_seq = 64;  // b = 8, s_k = 4096: 18 pieces, 576 KiB
-  EXPECT_EQ(resolved_decode_combine(p, kFusedCombineMaxMergeBytes), MlaDecodeCombine::kFused);
+  EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 20), MlaDecodeCombine::kFused);
   EXPECT_STREQ(to_string(MlaDecodeCombine::kFused), "fused");
 }
 

@@ -42,12 +42,14 @@ const char* to_string(MlaDecodeKernel kernel);
 // kFused: the last CTA of the sequence to finish merges it inside the split-KV kernel, so the op is
 // one launch; that merge is one SM reading pieces × tile rows × 2 KB of partials.
 // kLaunched: a combine kernel follows (split-parallel as a dependent launch where sequences split
-// many ways). kAuto: kFused where the merge a sequence is expected to need is at most
-// kFusedCombineMaxMergeBytes (the environment variable MLA_FUSED_COMBINE_MAX_MERGE_BYTES
-// overrides it, for measuring), else kLaunched; resolved_decode_combine() says which.
+// many ways). kAuto: kLaunched. Measured on the H200 (2026-11-30, `mla bench decode --kernel
+// combine-ab`) kFused was slower on every row: +3 % at b = 128 where nothing splits, +26 % at
+// b = 8 / 4096 and 5x at b = 1 / 32k. The environment variable MLA_FUSED_COMBINE_MAX_MERGE_BYTES
+// (for measuring) makes kAuto fuse where the merge a sequence is expected to need is at most that
+// many bytes; resolved_decode_combine() says which.
 enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
-inline constexpr int64_t kFusedCombineMaxMergeBytes = int64_t(1) << 20;
+inline constexpr int64_t kFusedCombineMaxMergeBytes = -1;  // kAuto never fuses
 
 // Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
 // body; kBaseline: always the lockstep body). kLockstep: kBaseline's wgmma body, both warpgroups
@@ -156,8 +158,8 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 
 // The combine a launch with these params uses: kLaunched for kBaseline; for kFast, params.combine,
 // with kAuto resolved against the merge bytes the last CTA of a sequence is expected to read
-// (fused_merge_bytes_estimate) and `max_merge_bytes` (< 0: kFusedCombineMaxMergeBytes, or the
-// environment's MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set).
+// (fused_merge_bytes_estimate) and `max_merge_bytes` (< 0: the environment's
+// MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set, else kFusedCombineMaxMergeBytes: never).
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
                                          int64_t max_merge_bytes = -1);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
