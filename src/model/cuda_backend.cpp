@@ -120,6 +120,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   // A fixed cuBLAS workspace: cuBLAS then allocates nothing while a graph is being captured.
   cublas_workspace_ = cuda::DeviceBuffer<char>(kCublasWorkspaceBytes);
   MLA_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.data(), kCublasWorkspaceBytes));
+  if (options_.tuned_gemm)  // same stream, so it may share cuBLAS's workspace
+    gemm_ = std::make_unique<cuda::TunedGemm>(stream_, cublas_workspace_.data(),
+                                              kCublasWorkspaceBytes, device_.l2_cache_bytes);
   arena_ = cuda::DeviceArena(options_.arena_bytes);
 }
 
@@ -535,6 +538,17 @@ void CudaBackend::linear(const Tensor& x_in, const Tensor& weight, Tensor& out) 
   MLA_CHECK_EQ(ro.cols, out_features);
   MLA_CHECK_EQ(rx.rows, ro.rows);
   if (rx.rows == 0) return;
+  if (gemm_ != nullptr) {
+    cuda::GemmProblem problem;
+    problem.m = rx.rows;
+    problem.n = out_features;
+    problem.k = in_features;
+    problem.x_row_stride = rx.row_stride;
+    problem.out_row_stride = ro.row_stride;
+    problem.out_f32 = cuda_type(out, "linear output") == CUDA_R_32F;
+    gemm_->run(problem, x.data, weight.data, out.data, /*may_tune=*/!capturing_);
+    return;
+  }
   // Row-major out [rows, N] = x [rows, K] · Wᵀ is column-major outᵀ [N, rows] = W(ᵀ) · xᵀ: W's
   // row-major [N, K] is a column-major K×N matrix used transposed.
   const float alpha = 1.0f, beta = 0.0f;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cuda/arena.h"
+#include "cuda/tuned_gemm.h"
 #include "cuda/device.h"
 #include "mla/kernels/mla_decode.h"
 #include "mla/kernels/phase_marks.h"
@@ -42,6 +43,9 @@ struct CudaBackendOptions {
   size_t arena_bytes = size_t(512) << 20;  // per-step memory (see the header comment)
   kernels::MlaDecodeKernel decode_kernel = kernels::MlaDecodeKernel::kFast;
   kernels::MlaDecodeCombine decode_combine = kernels::MlaDecodeCombine::kAuto;  // kFast's merge
+  // linear through cuBLASLt with measured algorithm choice (cuda/tuned_gemm.h); false: cuBLAS's
+  // default choice (cublasGemmEx), for comparison.
+  bool tuned_gemm = true;
 };
 
 // One name's totals since the last reset_op_profile(). A phase is nested inside an op (its time
@@ -73,6 +77,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   const cuda::DeviceInfo& device() const { return device_; }
   const CudaBackendStats& stats() const { return stats_; }
+  // linear's algorithm tuning so far (all zero when options().tuned_gemm is off).
+  cuda::TunedGemmStats gemm_stats() const {
+    return gemm_ ? gemm_->stats() : cuda::TunedGemmStats{};
+  }
   const cuda::DeviceArena& arena() const { return arena_; }
   // Replaces the per-step arena (memory planning sizes it after a profiling step). Drops every
   // recorded graph, which points into the old one.
@@ -190,6 +198,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
   cuda::DeviceBuffer<char> cublas_workspace_;
+  std::unique_ptr<cuda::TunedGemm> gemm_;  // linear (when options_.tuned_gemm)
   cuda::DeviceArena arena_;
   CudaBackendStats stats_;
 

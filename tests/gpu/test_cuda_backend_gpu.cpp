@@ -134,8 +134,11 @@ TEST(CudaBackend, StepGraphsGiveTheEagerLogits) {
   const Golden golden = load_golden(dir);
   // One combine for both: kFast's automatic choice looks at the block table's width, which step
   // graphs pad (graph_max_context), so eager and graph steps could merge in different orders.
+  // And cuBLAS's fixed choice for linear: two backends tune their GEMMs separately, by timing,
+  // and may choose different algorithms (a graph replays what its own backend chose).
   model::CudaBackendOptions backend_options;
   backend_options.decode_combine = kernels::MlaDecodeCombine::kLaunched;
+  backend_options.tuned_gemm = false;
   model::CudaBackend graph_backend(backend_options), eager_backend(backend_options);
   model::ModelOptions eager_options;
   eager_options.step_graphs = false;

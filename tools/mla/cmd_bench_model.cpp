@@ -602,6 +602,11 @@ void run_bench_step(StepOptions o) {
   if (out_of_vocab > 0)
     throw_error("the device sampler returned {} ids outside the vocab", out_of_vocab);
 
+  const cuda::TunedGemmStats gemm = cuda.gemm_stats();
+  say(js,
+      "linear: cuBLASLt algorithms timed for {} GEMM shapes ({} not the heuristic's first), {:.0f} "
+      "ms",
+      gemm.problems_tuned, gemm.tuned_not_first, gemm.tuning_ms);
   const model::DecodeStepBytes bytes =
       model::decode_step_bytes(config, o.batch, step.decode_context_tokens);
   const double roofline_us = bytes.total() / (ceilings.copy_gbps * 1e3);

@@ -1,0 +1,165 @@
+// The linear layers' GEMM through cuBLASLt, its algorithm chosen by measurement; see tuned_gemm.h.
+//
+// Row-major out[M, N] = x[M, K] · Wᵀ is column-major outᵀ [N, M] = Wᵀ · xᵀ with W's row-major
+// [N, K] read as a column-major K×N matrix used transposed (A), x as a column-major K×M (B).
+#include "cuda/tuned_gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mla::cuda {
+
+struct TunedGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;  // the heuristic's order
+  int chosen = 0;                                           // index into candidates
+  bool needs_tuning = false;  // M <= kTunedMaxRows and not timed yet (seen while capturing)
+
+  ~Plan() {
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+// The largest power of two (at most 256) that divides the address.
+int alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  int alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+TunedGemm::TunedGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes, size_t l2_bytes)
+    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  MLA_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  flush_ = DeviceBuffer<char>(std::max<size_t>(2 * l2_bytes, size_t(64) << 20));
+  MLA_CUDA_CHECK(cudaEventCreate(&start_));
+  MLA_CUDA_CHECK(cudaEventCreate(&stop_));
+}
+
+TunedGemm::~TunedGemm() {
+  plans_.clear();
+  if (stop_ != nullptr) cudaEventDestroy(stop_);
+  if (start_ != nullptr) cudaEventDestroy(start_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+}
+
+std::unique_ptr<TunedGemm::Plan> TunedGemm::make_plan(const GemmProblem& p, int x_align,
+                                                      int w_align, int out_align) const {
+  auto plan = std::make_unique<Plan>();
+  MLA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  MLA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                  &transpose, sizeof(transpose)));
+  MLA_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  const cudaDataType_t out_type = p.out_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, p.k, p.n, p.k));
+  MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, p.k, p.m, p.x_row_stride));
+  MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, p.n, p.m, p.out_row_stride));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  MLA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace = workspace_bytes_;
+  const uint32_t align_a = w_align, align_b = x_align, align_c = out_align;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
+  for (auto attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status =
+          cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align_c, sizeof(align_c));
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
+  int returned = 0;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(lt_, plan->desc, plan->a, plan->b, plan->c, plan->c,
+                                            preference, kMaxCandidates, results, &returned);
+  cublasLtMatmulPreferenceDestroy(preference);
+  MLA_CUBLAS_CHECK(status);
+  for (int i = 0; i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i]);
+  if (plan->candidates.empty())
+    throw_error("cuBLASLt has no algorithm for a {}x{}x{} bf16 GEMM (out {}, strides {} / {})", p.m,
+                p.n, p.k, p.out_f32 ? "f32" : "bf16", p.x_row_stride, p.out_row_stride);
+  return plan;
+}
+
+void TunedGemm::matmul(const Plan& plan, int candidate, const void* x, const void* w, void* out) {
+  const float alpha = 1.0f, beta = 0.0f;
+  MLA_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c,
+                                  out, plan.c, &plan.candidates[candidate].algo, workspace_,
+                                  workspace_bytes_, stream_));
+}
+
+void TunedGemm::tune(Plan& plan, const void* x, const void* w, void* out) {
+  const auto begin = std::chrono::steady_clock::now();
+  constexpr int kRuns = 3;
+  std::vector<float> best_ms(plan.candidates.size());
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    std::vector<float> ms;
+    for (int run = 0; run < kRuns; ++run) {
+      MLA_CUDA_CHECK(cudaMemsetAsync(flush_.data(), run, flush_.bytes(), stream_));
+      MLA_CUDA_CHECK(cudaEventRecord(start_, stream_));
+      matmul(plan, static_cast<int>(i), x, w, out);
+      MLA_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+      MLA_CUDA_CHECK(cudaEventSynchronize(stop_));
+      float elapsed = 0;
+      MLA_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start_, stop_));
+      ms.push_back(elapsed);
+    }
+    best_ms[i] = *std::min_element(ms.begin(), ms.end());
+  }
+  const int fastest =
+      static_cast<int>(std::min_element(best_ms.begin(), best_ms.end()) - best_ms.begin());
+  plan.chosen = best_ms[fastest] < 0.97f * best_ms[0] ? fastest : 0;
+  stats_.tuned_not_first += plan.chosen != 0;
+  ++stats_.problems_tuned;
+  stats_.tuning_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+}
+
+void TunedGemm::run(const GemmProblem& p, const void* x, const void* w, void* out, bool may_tune) {
+  MLA_CHECK(p.m > 0 && p.n > 0 && p.k > 0 && p.x_row_stride >= p.k && p.out_row_stride >= p.n);
+  const Key key{p.m,
+                p.n,
+                p.k,
+                p.x_row_stride,
+                p.out_row_stride,
+                p.out_f32,
+                alignment_of(x),
+                alignment_of(w),
+                alignment_of(out)};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    std::unique_ptr<Plan> plan = make_plan(p, std::get<6>(key), std::get<7>(key), std::get<8>(key));
+    plan->needs_tuning = p.m <= kTunedMaxRows && plan->candidates.size() > 1;
+    if (!plan->needs_tuning) ++stats_.problems_untimed;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  Plan& plan = *it->second;
+  if (plan.needs_tuning && may_tune) {
+    tune(plan, x, w, out);
+    plan.needs_tuning = false;
+  }
+  matmul(plan, plan.chosen, x, w, out);  // (while capturing, an untuned plan runs the first)
+}
+
+}  // namespace mla::cuda
