@@ -63,7 +63,14 @@ step "GPU tests"
 serial_tests='CudaMemoryPlan|server\..*\.cuda|Timing'
 gpu_ctest() { (cd build-gpu && ctest -L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-600}" "$@"); }
 gpu_ctest -j 4 -E "$serial_tests" >"$out/ctest-gpu.log" 2>&1 || status=1
-gpu_ctest -R "$serial_tests" >>"$out/ctest-gpu.log" 2>&1 || status=1
+gpu_ctest -R "$serial_tests" -V >>"$out/ctest-gpu.log" 2>&1 || status=1
+# The measured figures the whole-model tests print (errors against HF, near-tie rows, batch
+# invariance, the tuned GEMMs), and the CUDA server's load test, into the log and the call's output.
+if [ -x build-gpu/tests/mla_gpu_model_tests ]; then
+  build-gpu/tests/mla_gpu_model_tests --gtest_filter='*Golden*:*Engine*:*StepGraphs*:*TunedGemm*' \
+    2>&1 | grep -E "^\[ cuda|^\[  FAILED|^\[  PASSED" | tee -a "$out/ctest-gpu.log"
+fi
+grep -E "complete streams|differ from" "$out/ctest-gpu.log" | cut -c1-400
 grep -E "tests passed|FAILED|Failed|\*\*\*" "$out/ctest-gpu.log" | grep -v "^\[  FAILED" | head -30
 
 # The whole model (DeepSeek-V2-Lite shapes, dummy weights): one decode step at batch 128 and 2k

@@ -22,7 +22,7 @@ if ! { cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DML
   exit 1
 fi
 echo "== mla bench throughput, $num_prompts prompts ($(date -u +%H:%M:%S))" >>"$out/stability.txt"
-timeout -k 10 480 build-gpu/mla bench throughput --model-preset deepseek-v2-lite --load-format dummy \
+timeout -k 10 "${MLA_STABILITY_TIMEOUT:-480}" build-gpu/mla bench throughput --model-preset deepseek-v2-lite --load-format dummy \
   --input-len 1000 --output-len 1000 --num-prompts "$num_prompts" --max-concurrency 256 \
   --sample-seconds 10 --json >"$out/stability.json" 2>>"$out/stability.txt"
 status=$?

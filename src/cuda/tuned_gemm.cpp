@@ -60,15 +60,29 @@ std::unique_ptr<TunedGemm::Plan> TunedGemm::make_plan(const GemmProblem& p, int 
                                                       int w_align, int out_align) const {
   auto plan = std::make_unique<Plan>();
   MLA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
-  MLA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                  &transpose, sizeof(transpose)));
+  const cublasOperation_t op_w = p.w_nk ? CUBLAS_OP_T : CUBLAS_OP_N, none = CUBLAS_OP_N;
+  MLA_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_w, sizeof(op_w)));
   MLA_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
   const cudaDataType_t out_type = p.out_f32 ? CUDA_R_32F : CUDA_R_16BF;
-  MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, p.k, p.n, p.k));
+  // W row-major [n, k] is column-major k×n (used transposed); row-major [k, n] is column-major n×k.
+  const int64_t w_ld = p.w_row_stride > 0 ? p.w_row_stride : (p.w_nk ? p.k : p.n);
+  MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, p.w_nk ? p.k : p.n,
+                                              p.w_nk ? p.n : p.k, w_ld));
   MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, p.k, p.m, p.x_row_stride));
   MLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, p.n, p.m, p.out_row_stride));
+  if (p.batch > 1) {
+    const int32_t count = static_cast<int32_t>(p.batch);
+    for (auto [layout, stride] :
+         {std::pair{plan->a, p.w_batch_stride}, std::pair{plan->b, p.x_batch_stride},
+          std::pair{plan->c, p.out_batch_stride}}) {
+      MLA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof(count)));
+      MLA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    }
+  }
 
   cublasLtMatmulPreference_t preference = nullptr;
   MLA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -137,19 +151,12 @@ void TunedGemm::tune(Plan& plan, const void* x, const void* w, void* out) {
 }
 
 void TunedGemm::run(const GemmProblem& p, const void* x, const void* w, void* out, bool may_tune) {
-  MLA_CHECK(p.m > 0 && p.n > 0 && p.k > 0 && p.x_row_stride >= p.k && p.out_row_stride >= p.n);
-  const Key key{p.m,
-                p.n,
-                p.k,
-                p.x_row_stride,
-                p.out_row_stride,
-                p.out_f32,
-                alignment_of(x),
-                alignment_of(w),
-                alignment_of(out)};
+  MLA_CHECK(p.m > 0 && p.n > 0 && p.k > 0 && p.batch >= 1);
+  MLA_CHECK(p.x_row_stride >= p.k && p.out_row_stride >= p.n);
+  const Key key{p.key(), alignment_of(x), alignment_of(w), alignment_of(out)};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    std::unique_ptr<Plan> plan = make_plan(p, std::get<6>(key), std::get<7>(key), std::get<8>(key));
+    std::unique_ptr<Plan> plan = make_plan(p, std::get<1>(key), std::get<2>(key), std::get<3>(key));
     plan->needs_tuning = p.m <= kTunedMaxRows && plan->candidates.size() > 1;
     if (!plan->needs_tuning) ++stats_.problems_untimed;
     it = plans_.emplace(key, std::move(plan)).first;

@@ -1,5 +1,6 @@
-// The linear layers' GEMM: row-major out[M, N] = x[M, K] · W[N, K]ᵀ, bf16 operands, fp32
-// accumulation, bf16 or fp32 out, through cuBLASLt with the algorithm chosen by measurement.
+// The model's GEMMs (linear, and the absorbed per-head products as strided batches): row-major
+// out[M, N] = x[M, K] · W[N, K]ᵀ (or · W[K, N]), bf16 operands, fp32 accumulation, bf16 or fp32
+// out, through cuBLASLt with the algorithm chosen by measurement.
 //
 // Why: at decode sizes (M = a batch of 1..256 rows) the GEMMs only stream their weights, and
 // cuBLAS's default choice for M = 128, N = 3072, K = 2048 runs at ~1.2 TB/s (too few CTAs, no
@@ -26,13 +27,25 @@ struct cublasLtContext;
 
 namespace mla::cuda {
 
+// One GEMM or a strided batch of them (elements, not bytes, everywhere): per batch entry b,
+// out_b [m, n] = x_b [m, k] · W_b, where W_b is row-major [n, k] used transposed (w_nk, the
+// checkpoint's [out, in]) or row-major [k, n].
 struct GemmProblem {
   int64_t m = 0;               // rows of x and out
-  int64_t n = 0;               // out features (rows of W)
+  int64_t n = 0;               // out features
   int64_t k = 0;               // in features
-  int64_t x_row_stride = 0;    // elements, >= k
-  int64_t out_row_stride = 0;  // elements, >= n
+  int64_t x_row_stride = 0;    // >= k
+  int64_t out_row_stride = 0;  // >= n
   bool out_f32 = false;        // else bf16
+  bool w_nk = true;            // W row-major [n, k]; else [k, n]
+  int64_t w_row_stride = 0;    // 0: contiguous (k when w_nk, else n)
+  int64_t batch = 1;
+  int64_t x_batch_stride = 0, w_batch_stride = 0, out_batch_stride = 0;
+
+  auto key() const {
+    return std::make_tuple(m, n, k, x_row_stride, out_row_stride, out_f32, w_nk, w_row_stride,
+                           batch, x_batch_stride, w_batch_stride, out_batch_stride);
+  }
 };
 
 struct TunedGemmStats {
@@ -54,8 +67,8 @@ class TunedGemm {
   TunedGemm(const TunedGemm&) = delete;
   TunedGemm& operator=(const TunedGemm&) = delete;
 
-  // x [m, k] bf16 (row stride p.x_row_stride), w [n, k] bf16 contiguous, out [m, n] (row stride
-  // p.out_row_stride). `may_tune`: false while a graph is being captured.
+  // x and w bf16, out bf16 or fp32, as `p` describes them. `may_tune`: false while a graph is
+  // being captured.
   void run(const GemmProblem& p, const void* x, const void* w, void* out, bool may_tune);
 
   const TunedGemmStats& stats() const { return stats_; }
@@ -64,7 +77,7 @@ class TunedGemm {
   struct Plan;  // cuBLASLt descriptors and the chosen algorithm of one problem
   // The problem and the operands' alignments (bytes, at most 256: the heuristic's candidates
   // depend on them).
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
+  using Key = std::tuple<decltype(GemmProblem{}.key()), int, int, int>;
   std::unique_ptr<Plan> make_plan(const GemmProblem& p, int x_align, int w_align,
                                   int out_align) const;
   void tune(Plan& plan, const void* x, const void* w, void* out);

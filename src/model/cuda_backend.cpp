@@ -687,6 +687,24 @@ void CudaBackend::head_matmul(const Tensor& a_in, const Tensor& b, bool transpos
   MLA_CHECK_EQ(transpose_b ? b.shape[1] : b.shape[2], n);
   MLA_CHECK(out.shape[0] == tokens && out.shape[1] == heads);
   if (tokens == 0) return;
+  MLA_CHECK(a.stride[2] == 1 && b.stride[2] == 1 && out.stride[2] == 1);
+  if (gemm_ != nullptr) {  // heads are the batch, with the views' head strides
+    cuda::GemmProblem problem;
+    problem.m = tokens;
+    problem.n = n;
+    problem.k = k;
+    problem.x_row_stride = a.stride[0];
+    problem.out_row_stride = out.stride[0];
+    problem.out_f32 = cuda_type(out, "head_matmul output") == CUDA_R_32F;
+    problem.w_nk = transpose_b;
+    problem.w_row_stride = b.stride[1];
+    problem.batch = heads;
+    problem.x_batch_stride = a.stride[1];
+    problem.w_batch_stride = b.stride[0];
+    problem.out_batch_stride = out.stride[1];
+    gemm_->run(problem, a.data, b.data, out.data, /*may_tune=*/!capturing_);
+    return;
+  }
   // Per head, row-major out_h [t, n] = a_h [t, k] · B_h: column-major out_hᵀ [n, t] = B_hᵀ · a_hᵀ.
   // B_h row-major [k, n] is column-major n×k (no transpose); row-major [n, k] is column-major
   // k×n, used transposed. Heads are the batch, with the views' head strides.

@@ -43,8 +43,8 @@ struct CudaBackendOptions {
   size_t arena_bytes = size_t(512) << 20;  // per-step memory (see the header comment)
   kernels::MlaDecodeKernel decode_kernel = kernels::MlaDecodeKernel::kFast;
   kernels::MlaDecodeCombine decode_combine = kernels::MlaDecodeCombine::kAuto;  // kFast's merge
-  // linear through cuBLASLt with measured algorithm choice (cuda/tuned_gemm.h); false: cuBLAS's
-  // default choice (cublasGemmEx), for comparison.
+  // linear and head_matmul through cuBLASLt with measured algorithm choice (cuda/tuned_gemm.h);
+  // false: cuBLAS's default choice (cublasGemmEx / GemmStridedBatchedEx), for comparison.
   bool tuned_gemm = true;
 };
 
@@ -198,7 +198,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
   cuda::DeviceBuffer<char> cublas_workspace_;
-  std::unique_ptr<cuda::TunedGemm> gemm_;  // linear (when options_.tuned_gemm)
+  std::unique_ptr<cuda::TunedGemm> gemm_;  // linear, head_matmul (options_.tuned_gemm)
   cuda::DeviceArena arena_;
   CudaBackendStats stats_;
 
