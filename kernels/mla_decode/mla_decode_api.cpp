@@ -170,7 +170,8 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
     constexpr MlaDecodeSchedule kByValue[] = {
         MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesaw, MlaDecodeSchedule::kSeesawSFirst,
         MlaDecodeSchedule::kSeesawPvFirst};
-    schedule = from_environment < 0 ? MlaDecodeSchedule::kLockstep : kByValue[from_environment];
+    schedule =
+        from_environment < 0 ? MlaDecodeSchedule::kSeesawPvFirst : kByValue[from_environment];
   }
   if (schedule == MlaDecodeSchedule::kSeesaw) {
     const int64_t rows = params.num_heads_kv > 0

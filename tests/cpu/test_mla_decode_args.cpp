@@ -195,11 +195,13 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
     p.schedule = forced;
     EXPECT_EQ(resolved_decode_schedule(p), forced);
   }
-  // kAuto: kLockstep (until the seesaw is measured) unless MLA_DECODE_SEESAW says otherwise (read
-  // once per process; ctest leaves it unset).
+  // kAuto: kSeesawPvFirst (measured faster) unless MLA_DECODE_SEESAW says otherwise (read once
+  // per process; ctest leaves it unset).
   p.schedule = MlaDecodeSchedule::kAuto;
   const char* env = std::getenv("MLA_DECODE_SEESAW");
-  if (env == nullptr || *env == '\0' || std::string(env) == "0") {
+  if (env == nullptr || *env == '\0') {
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+  } else if (std::string(env) == "0") {
     EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
   } else if (std::string(env) == "1") {
     EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);  // 64 rows

@@ -58,11 +58,12 @@ inline constexpr int64_t kFusedCombineMaxMergeBytes = -1;  // kAuto never fuses
 // a warpgroup's page before the P·V of the other's (the overlap, for compute-bound tiles),
 // kSeesawPvFirst the P·V first (its page stage is freed earlier, for memory-bound tiles), kSeesaw
 // picks S first when a kv head has at least kSeesawSFirstMinRows rows (two or more tiles, so
-// pages mostly come from L2). kAuto: kLockstep until the seesaw bodies have been measured on the
-// H200 (they are new and tested only by the GPU tests that force them), unless the environment
-// variable MLA_DECODE_SEESAW says otherwise (0: kLockstep, 1: kSeesaw, 2: kSeesawSFirst, 3:
-// kSeesawPvFirst; read once per process; for A/B measurements). resolved_decode_schedule() says
-// which.
+// pages mostly come from L2). kAuto: kSeesawPvFirst, measured on the H200 (2026-11-30, `mla bench
+// decode --kernel seesaw-ab`) 4-11 % faster than kLockstep on 10 of 11 rows with more than 16
+// rows per kv head (2 % slower on the varlen h_q = 64 row), while S first lost everywhere; the
+// environment variable MLA_DECODE_SEESAW overrides it (0: kLockstep, 1: kSeesaw, 2:
+// kSeesawSFirst, 3: kSeesawPvFirst; read once per process; for A/B measurements).
+// resolved_decode_schedule() says which.
 enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw, kSeesawSFirst, kSeesawPvFirst };
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
