@@ -169,9 +169,10 @@ class Backend {
   virtual void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                          const ref::MoeRoutingParams& params, Tensor& expert_ids,
                          Tensor& expert_weights) = 0;
-  // out [T, hidden] = Σ_k expert_weights[t][k] · expert_{ids[t][k]}(x[t]).
+  // out [T, hidden] = Σ_k expert_weights[t][k] · expert_{ids[t][k]}(x[t]); with `accumulate`,
+  // out += that sum (the shared experts' output already there: one pass instead of an add).
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                           const ExpertWeights& experts, Tensor& out) = 0;
+                           const ExpertWeights& experts, bool accumulate, Tensor& out) = 0;
 };
 
 }  // namespace mla::model

@@ -356,14 +356,14 @@ void CpuBackend::moe_route(const Tensor& router_logits, const Tensor& correction
 
 void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                              const Tensor& expert_weights, const ExpertWeights& experts,
-                             Tensor& out) {
+                             bool accumulate, Tensor& out) {
   MLA_CHECK(x.rank == 2 && x.is_contiguous() && out.is_contiguous());
   check_same_shape(x, out, "moe_experts");
   const int64_t tokens = x.shape[0];
   const int64_t hidden = x.shape[1];
   const int64_t top_k = expert_ids.shape[1];
   const int num_experts = static_cast<int>(experts.gate_proj.size());
-  fill(out, 0.f);
+  if (!accumulate) fill(out, 0.f);
   // Expert by expert (as Hugging Face's loop): gather the tokens routed to it, run its MLP on
   // them as one matrix, add the weighted result back.
   for (int e = 0; e < num_experts; ++e) {

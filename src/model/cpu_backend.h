@@ -59,7 +59,7 @@ class CpuBackend : public Backend {
                  const ref::MoeRoutingParams& params, Tensor& expert_ids,
                  Tensor& expert_weights) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                   const ExpertWeights& experts, Tensor& out) override;
+                   const ExpertWeights& experts, bool accumulate, Tensor& out) override;
 
  private:
   const StepPlan& plan() const;

@@ -963,7 +963,7 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
 
 void CudaBackend::moe_experts(const Tensor& x_in, const Tensor& expert_ids,
                               const Tensor& expert_weights, const ExpertWeights& experts,
-                              Tensor& out) {
+                              bool accumulate, Tensor& out) {
   const OpScope scope = profile_scope("moe_experts");
   const Tensor x = bf16_input(x_in);
   const Rows rx = as_rows(x, "MoE input");
@@ -1006,7 +1006,7 @@ void CudaBackend::moe_experts(const Tensor& x_in, const Tensor& expert_ids,
   p.out = out.data;
   p.out_type = scalar_type(out, "MoE output");
   p.out_row_stride = ro.row_stride;
-  p.accumulate = false;
+  p.accumulate = accumulate;
   p.workspace_bytes =
       kernels::moe_experts_workspace_size(rx.rows, rx.cols, intermediate, num_experts, p.top_k);
   p.workspace = arena_.allocate(p.workspace_bytes, "the MoE workspace");

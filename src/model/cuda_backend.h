@@ -145,7 +145,7 @@ class CudaBackend final : public Backend {
                  const ref::MoeRoutingParams& params, Tensor& expert_ids,
                  Tensor& expert_weights) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                   const ExpertWeights& experts, Tensor& out) override;
+                   const ExpertWeights& experts, bool accumulate, Tensor& out) override;
 
  private:
   // Op profiling: an event pair per op (or phase) on the stream. An OpScope ends its record when

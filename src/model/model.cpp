@@ -311,10 +311,12 @@ Tensor Model::moe(const LayerWeights& layer, const Tensor& x) {
   Tensor expert_weights = backend_.allocate(DType::kF32, {tokens, top_k});
   backend_.moe_route(router_logits, layer.e_score_correction_bias, routing_, expert_ids,
                      expert_weights);
-  Tensor out = backend_.allocate(backend_.activation_dtype(), {tokens, config_.hidden_size});
-  backend_.moe_experts(x, expert_ids, expert_weights, layer.experts, out);
-  if (!layer.shared_gate_proj.empty())
-    backend_.add(out, mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj));
+  // The shared experts first; the routed experts' weighted sum is added onto their output.
+  const bool shared = !layer.shared_gate_proj.empty();
+  Tensor out = shared
+                   ? mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj)
+                   : backend_.allocate(backend_.activation_dtype(), {tokens, config_.hidden_size});
+  backend_.moe_experts(x, expert_ids, expert_weights, layer.experts, /*accumulate=*/shared, out);
   return out;
 }
 

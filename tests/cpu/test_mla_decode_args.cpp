@@ -159,7 +159,7 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   EXPECT_EQ(resolved_decode_combine(p, 512 * 1024), MlaDecodeCombine::kFused);
   EXPECT_EQ(resolved_decode_combine(p, 512 * 1024 - 1), MlaDecodeCombine::kLaunched);
   EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // the default: never fused
-  p.max_pages_per_seq = 512;                                            // 132 pieces: 4.1 MiB
+  p.max_pages_per_seq = 512;                                           // 132 pieces: 4.1 MiB
   EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 20), MlaDecodeCombine::kLaunched);
   p.combine = MlaDecodeCombine::kFused;  // forced either way
   EXPECT_EQ(resolved_decode_combine(p, 0), MlaDecodeCombine::kFused);

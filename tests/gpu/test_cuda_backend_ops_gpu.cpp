@@ -305,10 +305,14 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
     EXPECT_EQ(got_ids, want_ids);
     b.expect_close("moe_route weights", wts_cuda, wts_cpu);
     Tensor want = b.cpu.allocate(DType::kF32, {tokens, hidden});
-    b.cpu.moe_experts(x_cpu, ids_cpu, wts_cpu, experts_cpu, want);
+    b.cpu.moe_experts(x_cpu, ids_cpu, wts_cpu, experts_cpu, /*accumulate=*/false, want);
     Tensor got = b.cuda.allocate(act, {tokens, hidden});
-    b.cuda.moe_experts(x_cuda, ids_cuda, wts_cuda, experts_cuda, got);
+    b.cuda.moe_experts(x_cuda, ids_cuda, wts_cuda, experts_cuda, /*accumulate=*/false, got);
     b.expect_close("moe_experts", got, want);
+    // Accumulating onto those outputs (as onto the shared experts'): twice the sum on both sides.
+    b.cpu.moe_experts(x_cpu, ids_cpu, wts_cpu, experts_cpu, /*accumulate=*/true, want);
+    b.cuda.moe_experts(x_cuda, ids_cuda, wts_cuda, experts_cuda, /*accumulate=*/true, got);
+    b.expect_close("moe_experts accumulated", got, want);
   }
   b.cuda.end_step();
   b.cpu.end_step();
