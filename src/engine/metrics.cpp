@@ -1,7 +1,8 @@
-// Histogram and StepLog; see metrics.h.
+// Histogram, LatencySpread and StepLog; see metrics.h.
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 
 namespace mla::engine {
@@ -45,6 +46,52 @@ void StepLog::clear() {
   std::lock_guard lock(mutex_);
   ring_.clear();
   next_ = 0;
+}
+
+LatencySpread::LatencySpread() : bins_(kBins) {
+  for (std::atomic<uint32_t>& bin : bins_) bin.store(0, std::memory_order_relaxed);
+}
+
+void LatencySpread::add(double seconds) {
+  seconds = std::max(seconds, 0.0);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<int64_t>(std::llround(seconds * 1e9)), std::memory_order_relaxed);
+  const double bin = seconds / kBinSeconds;
+  if (bin < static_cast<double>(kBins)) {
+    bins_[static_cast<size_t>(bin)].fetch_add(1, std::memory_order_relaxed);
+  } else {
+    const std::lock_guard<std::mutex> lock(overflow_mutex_);
+    overflow_.push_back(seconds);
+  }
+}
+
+double LatencySpread::value_at_rank(uint64_t rank) const {
+  uint64_t seen = 0;
+  for (size_t b = 0; b < kBins; ++b) {
+    seen += bins_[b].load(std::memory_order_relaxed);
+    if (seen >= rank) return (static_cast<double>(b) + 0.5) * kBinSeconds;
+  }
+  std::vector<double> over;
+  {
+    const std::lock_guard<std::mutex> lock(overflow_mutex_);
+    over = overflow_;
+  }
+  std::sort(over.begin(), over.end());
+  const uint64_t index = rank - seen - 1;
+  return index < over.size() ? over[index] : (over.empty() ? 0.0 : over.back());
+}
+
+LatencySpread::Summary LatencySpread::summary() const {
+  Summary s;
+  s.count = count_.load(std::memory_order_relaxed);
+  if (s.count == 0) return s;
+  s.mean = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9 / s.count;
+  const uint64_t n = s.count;
+  s.median = n % 2 == 1 ? value_at_rank(n / 2 + 1)
+                        : 0.5 * (value_at_rank(n / 2) + value_at_rank(n / 2 + 1));
+  const uint64_t rank = static_cast<uint64_t>(std::ceil(0.99 * static_cast<double>(n)));
+  s.p99 = value_at_rank(std::min(n, std::max<uint64_t>(rank, 1)));
+  return s;
 }
 
 }  // namespace mla::engine

@@ -35,6 +35,34 @@ class Histogram {
   double sum_ = 0.0;
 };
 
+// Mean, median and p99 of very many latencies (a benchmark's inter-token gaps) in fixed memory:
+// counts in 10-µs bins up to 10 s (4 MB, touched at construction), values past that kept
+// exactly. Percentiles take the nearest-rank convention of the exact ones (median: the mean of
+// the two middle values for an even count; p99: the value of rank ceil(0.99 n)), each value read
+// as its bin's middle, so within 5 µs of exact; the mean is exact. add() is safe from any thread
+// (relaxed atomics); summary() wants the adders stopped.
+class LatencySpread {
+ public:
+  static constexpr double kBinSeconds = 10e-6;
+  static constexpr size_t kBins = 1000000;  // 10 s
+  LatencySpread();
+  void add(double seconds);
+
+  struct Summary {
+    uint64_t count = 0;
+    double mean = 0, median = 0, p99 = 0;  // seconds
+  };
+  Summary summary() const;
+
+ private:
+  double value_at_rank(uint64_t rank) const;  // 1-based, in sorted order
+  std::vector<std::atomic<uint32_t>> bins_;
+  std::atomic<uint64_t> count_{0};
+  std::atomic<int64_t> sum_ns_{0};
+  mutable std::mutex overflow_mutex_;
+  std::vector<double> overflow_;  // >= 10 s, sorted by summary()
+};
+
 // One model step as the engine ran it.
 struct StepRecord {
   double seconds = 0;         // the ModelRunner call: page copies, forward, logits (or samples)

@@ -41,6 +41,7 @@
 #include "core/dtypes.h"
 #include "cuda/check.h"
 #include "engine/engine.h"
+#include "engine/metrics.h"
 #include "engine/model_runner.h"
 #include "mla/kernels/fill.h"
 #include "model/cuda_backend.h"
@@ -293,13 +294,15 @@ void run_bench_throughput(ThroughputOptions o) {
 
   struct Result {
     double ttft = 0;
-    std::vector<double> itl;
     int output_tokens = 0;
     double latency = 0;
     Clock::time_point end;
     std::string error;
   };
   std::vector<Result> results(o.num_prompts);
+  // Inter-token gaps go into fixed-size bins, not per-request vectors: the process's memory then
+  // stays flat through a long run (a stability run watches it).
+  engine::LatencySpread itl_spread;
   std::atomic<int> next{0}, finished{0};
   std::atomic<int64_t> output_tokens{0};
   say(js,
@@ -329,7 +332,7 @@ void run_bench_throughput(ThroughputOptions o) {
                 if (result.output_tokens == 0)
                   result.ttft = gap;
                 else
-                  result.itl.push_back(gap);
+                  itl_spread.add(gap);
                 last = token.emitted;
                 ++result.output_tokens;
               }
@@ -379,16 +382,17 @@ void run_bench_throughput(ThroughputOptions o) {
 
   int errors = 0;
   std::string first_error;
-  std::vector<double> ttft_ms, itl_ms, latency_s;
+  std::vector<double> ttft_ms, latency_s;
   for (const Result& r : results) {
     if (!r.error.empty() && errors++ == 0) first_error = r.error;
     if (r.output_tokens > 0) ttft_ms.push_back(r.ttft * 1e3);
-    for (double gap : r.itl) itl_ms.push_back(gap * 1e3);
     latency_s.push_back(r.latency);
   }
   const int64_t out_tokens = output_tokens;
   const int64_t in_tokens = int64_t(o.num_prompts) * o.input_len;
-  const Spread ttft = spread(ttft_ms), itl = spread(itl_ms);
+  const Spread ttft = spread(ttft_ms);
+  const engine::LatencySpread::Summary gaps = itl_spread.summary();
+  const Spread itl{gaps.mean * 1e3, gaps.median * 1e3, gaps.p99 * 1e3};
 
   // Steps from the engine's log: decode-only ones against their roofline.
   const double bandwidth = ceilings.copy_gbps * 1e9;  // bytes/s
