@@ -36,6 +36,8 @@
 #include "tools/mla/commands.h"
 #include "tools/mla/model_setup.h"
 #if MLA_WITH_CUDA_BACKEND
+#include <cuda_profiler_api.h>
+
 #include "bench/ceilings.h"
 #include "bench/timing.h"
 #include "core/dtypes.h"
@@ -180,6 +182,13 @@ StepProfile profile_step(model::CudaBackend& cuda, model::Model& model,
   forward();  // warm-up of the eager path
   std::vector<double> eager, profiled;
   for (int i = 0; i < kProfileSteps; ++i) eager.push_back(timed_us(false));
+  // One more eager step between cudaProfilerStart and Stop (no-ops without a profiler), so that
+  // `ncu --profile-from-start off` times exactly one step's kernels
+  // (scripts/gpu/step-kernels.sh).
+  MLA_CUDA_CHECK(cudaProfilerStart());
+  forward();
+  MLA_CUDA_CHECK(cudaStreamSynchronize(cuda.stream()));
+  MLA_CUDA_CHECK(cudaProfilerStop());
   std::map<std::string, std::vector<double>> calls, us;
   std::map<std::string, bool> is_phase;
   cuda.set_op_profiling(true);
