@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -116,33 +117,47 @@ std::unique_ptr<TunedGemm::Plan> TunedGemm::make_plan(const GemmProblem& p, int 
   return plan;
 }
 
-void TunedGemm::matmul(const Plan& plan, int candidate, const void* x, const void* w, void* out) {
+// The cublasStatus_t as an int (the header does not include cuBLAS).
+int TunedGemm::try_matmul(const Plan& plan, int candidate, const void* x, const void* w,
+                          void* out) {
   const float alpha = 1.0f, beta = 0.0f;
-  MLA_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c,
-                                  out, plan.c, &plan.candidates[candidate].algo, workspace_,
-                                  workspace_bytes_, stream_));
+  return cublasLtMatmul(lt_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out,
+                        plan.c, &plan.candidates[candidate].algo, workspace_, workspace_bytes_,
+                        stream_);
+}
+
+void TunedGemm::matmul(const Plan& plan, int candidate, const void* x, const void* w, void* out) {
+  MLA_CUBLAS_CHECK(static_cast<cublasStatus_t>(try_matmul(plan, candidate, x, w, out)));
 }
 
 void TunedGemm::tune(Plan& plan, const void* x, const void* w, void* out) {
   const auto begin = std::chrono::steady_clock::now();
   constexpr int kRuns = 3;
-  std::vector<float> best_ms(plan.candidates.size());
+  constexpr float kFailed = std::numeric_limits<float>::infinity();
+  std::vector<float> best_ms(plan.candidates.size(), kFailed);
+  cublasStatus_t last_failure = CUBLAS_STATUS_SUCCESS;
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    std::vector<float> ms;
     for (int run = 0; run < kRuns; ++run) {
       MLA_CUDA_CHECK(cudaMemsetAsync(flush_.data(), run, flush_.bytes(), stream_));
       MLA_CUDA_CHECK(cudaEventRecord(start_, stream_));
-      matmul(plan, static_cast<int>(i), x, w, out);
+      // A candidate the heuristic offered but that refuses to run is skipped, not fatal.
+      const auto status =
+          static_cast<cublasStatus_t>(try_matmul(plan, static_cast<int>(i), x, w, out));
       MLA_CUDA_CHECK(cudaEventRecord(stop_, stream_));
       MLA_CUDA_CHECK(cudaEventSynchronize(stop_));
+      if (status != CUBLAS_STATUS_SUCCESS) {
+        last_failure = status;
+        best_ms[i] = kFailed;
+        break;
+      }
       float elapsed = 0;
       MLA_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start_, stop_));
-      ms.push_back(elapsed);
+      best_ms[i] = std::min(best_ms[i], elapsed);
     }
-    best_ms[i] = *std::min_element(ms.begin(), ms.end());
   }
   const int fastest =
       static_cast<int>(std::min_element(best_ms.begin(), best_ms.end()) - best_ms.begin());
+  if (best_ms[fastest] == kFailed) MLA_CUBLAS_CHECK(last_failure);  // every candidate refused
   plan.chosen = best_ms[fastest] < 0.97f * best_ms[0] ? fastest : 0;
   stats_.tuned_not_first += plan.chosen != 0;
   ++stats_.problems_tuned;

@@ -81,6 +81,8 @@ class TunedGemm {
   std::unique_ptr<Plan> make_plan(const GemmProblem& p, int x_align, int w_align,
                                   int out_align) const;
   void tune(Plan& plan, const void* x, const void* w, void* out);
+  int try_matmul(const Plan& plan, int candidate, const void* x, const void* w,
+                 void* out);  // status
   void matmul(const Plan& plan, int candidate, const void* x, const void* w, void* out);
 
   cudaStream_t stream_;
