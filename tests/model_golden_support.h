@@ -99,14 +99,19 @@ inline float max_abs(const std::vector<float>& values) {
   return result;
 }
 
-inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
+// Max |a - b| over the first min(|a|, |b|) values; a NaN difference counts as infinity.
+inline float max_abs_diff(std::span<const float> a, std::span<const float> b) {
   float result = 0.f;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     const float diff = std::fabs(a[i] - b[i]);
     result = std::isnan(diff) ? std::numeric_limits<float>::infinity() : std::max(result, diff);
   }
   return result;
+}
+
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  return max_abs_diff(std::span<const float>(a), std::span<const float>(b));
 }
 
 // The CPU backend, recording how firmly the router chose for each token (ref::routing_margin,
@@ -143,11 +148,9 @@ inline std::vector<float> row_max_abs_diff(const std::vector<float>& a, const st
                                            int vocab) {
   EXPECT_EQ(a.size(), b.size());
   std::vector<float> rows(std::min(a.size(), b.size()) / vocab);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    std::vector<float> x(a.begin() + r * vocab, a.begin() + (r + 1) * vocab);
-    std::vector<float> y(b.begin() + r * vocab, b.begin() + (r + 1) * vocab);
-    rows[r] = max_abs_diff(x, y);
-  }
+  const std::span<const float> all_a(a), all_b(b);
+  for (size_t r = 0; r < rows.size(); ++r)
+    rows[r] = max_abs_diff(all_a.subspan(r * vocab, vocab), all_b.subspan(r * vocab, vocab));
   return rows;
 }
 

@@ -4,7 +4,7 @@
 // pieces; the count selects the stage (count mod 2) and the phase parity (count / 2 mod 2).
 //
 // TMA copies whole pages, so on a sequence's last page the rows past its end hold whatever the
-// cache holds there (NaN in the tests): zero_tail_rows() clears them before any read, since
+// cache holds there (NaN in the tests): zero_page_tail() clears them before any read, since
 // 0 · NaN would be NaN even with P = 0.
 #pragma once
 
@@ -17,6 +17,35 @@
 #include "mla_decode/kernel_args.h"
 
 namespace mla::kernels::decode {
+
+// One thread: page `page` of sequence `seq` (kv head `kv_head`) into the stage at `stage_smem`,
+// completing on the mbarrier at `barrier`.
+__device__ __forceinline__ void issue_page(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                           uint32_t barrier, int seq, int page, int kv_head,
+                                           uint64_t l2_policy) {
+  const MlaDecodeParams& p = args.params;
+  const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
+  tma::arrive_expect_bytes(barrier, kPageBytes);
+#pragma unroll
+  for (int block = 0; block < kChunksQK / 8; ++block) {
+    tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
+                 0, page_id, kv_head, l2_policy);
+  }
+}
+
+// `threads` threads (thread index `tid` among them): zero the rows [tokens_valid, 64) of the
+// swizzled page at `stage_bytes`, then fence them before async-proxy (wgmma, TMA) accesses.
+__device__ __forceinline__ void zero_page_tail(uint8_t* stage_bytes, int tokens_valid, int tid,
+                                               int threads) {
+  const int chunks = (kPageTokens - tokens_valid) * kChunksQK;
+  for (int c = tid; c < chunks; c += threads) {
+    const int row = tokens_valid + c / kChunksQK;
+    const int chunk = c % kChunksQK;
+    *reinterpret_cast<uint4*>(stage_bytes + (chunk >> 3) * kColumnBlockBytes + row * 128 +
+                              (chunk & 7) * 16) = make_uint4(0, 0, 0, 0);
+  }
+  wgmma::fence_proxy_async_shared();  // order the zeros before wgmma reads and later TMA writes
+}
 
 struct PageTmaPipeline {
   uint32_t stages_smem = 0;  // stage 0 (1024-byte aligned); stage s at + s · kPageBytes
@@ -45,16 +74,8 @@ struct PageTmaPipeline {
   // after the current one.
   __device__ __forceinline__ void issue(const DecodeKernelArgs& args, int seq, int page,
                                         int kv_head, int ahead) const {
-    const MlaDecodeParams& p = args.params;
     const uint32_t stage = (pages_done + ahead) & 1;
-    const uint32_t barrier = barriers + stage * 8;
-    const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
-    tma::arrive_expect_bytes(barrier, kPageBytes);
-#pragma unroll
-    for (int block = 0; block < kChunksQK / 8; ++block) {
-      tma::load_4d(stage_smem(stage) + block * kColumnBlockBytes, &args.kv_tensor_map, barrier,
-                   block * 64, 0, page_id, kv_head, l2_policy);
-    }
+    issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head, l2_policy);
   }
 
   // Everyone: wait for the current page, then clear its rows past the sequence's end (the caller
@@ -63,14 +84,7 @@ struct PageTmaPipeline {
                                                int tokens_valid) const {
     tma::wait_parity(barriers + stage() * 8, (pages_done >> 1) & 1);
     if (tokens_valid >= kPageTokens) return;
-    const int chunks = (kPageTokens - tokens_valid) * kChunksQK;
-    for (int c = tid; c < chunks; c += kThreads) {
-      const int row = tokens_valid + c / kChunksQK;
-      const int chunk = c % kChunksQK;
-      *reinterpret_cast<uint4*>(stage_bytes + (chunk >> 3) * kColumnBlockBytes + row * 128 +
-                                (chunk & 7) * 16) = make_uint4(0, 0, 0, 0);
-    }
-    wgmma::fence_proxy_async_shared();  // order the zeros before wgmma reads and later TMA writes
+    zero_page_tail(stage_bytes, tokens_valid, tid, kThreads);
   }
 };
 

@@ -39,26 +39,23 @@
 #include "mla_decode/config.h"
 #include "mla_decode/fused_combine.cuh"
 #include "mla_decode/kernel_args.h"
+#include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_epilogue.cuh"
 #include "mla_decode/tile_loader.cuh"
 
 namespace mla::kernels::decode {
 
-inline constexpr int kSeesawRows = 64;                       // rows per tile (wgmma M)
-inline constexpr int kSeesawBlockBytes = kSeesawRows * 128;  // one 64-column block of a tile
-inline constexpr int kSeesawTileBytes = kChunksQK / 8 * kSeesawBlockBytes;  // 9 blocks: 73,728 B
-inline constexpr int kSeesawColsPerGroup = kDimV / 2;                       // O columns per group
+inline constexpr int kSeesawRows = 64;  // rows per tile (wgmma M)
 inline constexpr int kSeesawGroupThreads = 128;
 inline constexpr int kSeesawReadyBarrier = 1;  // + the publishing warpgroup (ids 1, 2)
 inline constexpr int kSeesawGroupBarrier = 3;  // + the warpgroup (ids 3, 4): its 128 threads
 static_assert(kPageTokens == kSeesawRows, "a page and a query tile share the 64-row layout");
 static_assert(kStages == 2 && kThreads == 2 * kSeesawGroupThreads);
-static_assert(kSeesawBlockBytes == kColumnBlockBytes && kSeesawTileBytes == kPageBytes);
 
 struct SeesawSharedStorage {
-  alignas(1024) uint8_t q[kSeesawTileBytes];
-  alignas(1024) uint8_t kv[kStages][kSeesawTileBytes];
-  alignas(1024) uint8_t p[kSeesawBlockBytes];  // P of the last published page, [64][64] bf16
+  alignas(1024) uint8_t q[kPageBytes];
+  alignas(1024) uint8_t kv[kStages][kPageBytes];
+  alignas(1024) uint8_t p[kColumnBlockBytes];  // P of the last published page, [64][64] bf16
   float page_alpha[kSeesawRows];               // O rescale of the last published page
   float page_max[kSeesawRows];                 // running row max after it (base 2)
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
@@ -83,20 +80,12 @@ __device__ __forceinline__ void seesaw_fence_operands(float (&registers)[kCount]
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(registers[i])::"memory");
 }
 
-// One thread: page `page` of sequence `seq` as CTA page `cta_page` (9 boxes of 64 × 64).
+// One thread: page `page` of sequence `seq` as CTA page `cta_page` (stage cta_page mod 2).
 __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, uint32_t kv_smem0,
                                                   uint32_t full0, uint32_t cta_page, int seq,
                                                   int page, int kv_head, uint64_t l2_policy) {
-  const MlaDecodeParams& p = args.params;
   const uint32_t stage = cta_page & 1;
-  const uint32_t barrier = full0 + stage * 8;
-  const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
-  tma::arrive_expect_bytes(barrier, kPageBytes);
-#pragma unroll
-  for (int block = 0; block < kChunksQK / 8; ++block) {
-    tma::load_4d(kv_smem0 + stage * kSeesawTileBytes + block * kSeesawBlockBytes,
-                 &args.kv_tensor_map, barrier, block * 64, 0, page_id, kv_head, l2_policy);
-  }
+  issue_page(args, kv_smem0 + stage * kPageBytes, full0 + stage * 8, seq, page, kv_head, l2_policy);
 }
 
 template <bool kFusedCombine, bool kSFirst>
@@ -131,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::fence_barrier_init();
   }
   const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
-  const TileLoader<128, kSeesawBlockBytes> loader(tid);
+  const TileLoader<128, kColumnBlockBytes> loader(tid);
   __syncthreads();
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
@@ -175,12 +164,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t cta_page = base + j;
       tma::wait_parity(full0 + (cta_page & 1) * 8, (cta_page >> 1) & 1);
     };
-    auto stage_smem = [&](int j) { return kv_smem0 + ((base + j) & 1) * kSeesawTileBytes; };
+    auto stage_smem = [&](int j) { return kv_smem0 + ((base + j) & 1) * kPageBytes; };
     // This warpgroup's 256 V columns of page j (4 blocks of 64), MN-major, k16 step ks.
     auto desc_v = [&](int j, int ks) {
       return wgmma::smem_descriptor(
-          stage_smem(j) + group * (kSeesawColsPerGroup / 64) * kSeesawBlockBytes + ks * 16 * 128,
-          kSeesawBlockBytes, 1024);
+          stage_smem(j) + group * (kColsPerGroup / 64) * kColumnBlockBytes + ks * 16 * 128,
+          kColumnBlockBytes, 1024);
     };
 
     float row_max_run[2], row_sum_part[2];
@@ -224,15 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_page(t);
         const int tokens_valid = piece.seqlen - (piece.page_begin + t) * kPageTokens;
         if (tokens_valid < kPageTokens) {  // the sequence's last page: zero the rows past its end
-          uint8_t* stage_bytes = smem.kv[(base + t) & 1];
-          const int chunks = (kPageTokens - tokens_valid) * kChunksQK;
-          for (int c = tid_in_group; c < chunks; c += kSeesawGroupThreads) {
-            const int row = tokens_valid + c / kChunksQK;
-            const int chunk = c % kChunksQK;
-            *reinterpret_cast<uint4*>(stage_bytes + (chunk >> 3) * kSeesawBlockBytes + row * 128 +
-                                      (chunk & 7) * 16) = make_uint4(0, 0, 0, 0);
-          }
-          wgmma::fence_proxy_async_shared();
+          zero_page_tail(smem.kv[(base + t) & 1], tokens_valid, tid_in_group, kSeesawGroupThreads);
           seesaw_barrier_sync(kSeesawGroupBarrier + group, kSeesawGroupThreads);
         }
 #pragma unroll
@@ -241,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t kv_stage = stage_smem(t);
 #pragma unroll
         for (int kk = 0; kk < kKSteps; ++kk) {
-          const uint32_t k_offset = (kk / 4) * kSeesawBlockBytes + (kk % 4) * 32;
+          const uint32_t k_offset = (kk / 4) * kColumnBlockBytes + (kk % 4) * 32;
           const uint64_t desc_q = wgmma::smem_descriptor(q_smem + k_offset, 0, 1024);
           const uint64_t desc_k = wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024);
           wgmma::mma_m64n64k16_bf16(s_acc, desc_q, desc_k);

@@ -28,25 +28,22 @@
 
 namespace mla::kernels::decode {
 
-inline constexpr int kWgmmaRows = 64;                      // rows per tile (wgmma M)
-inline constexpr int kWgmmaBlockBytes = kWgmmaRows * 128;  // one 64-column block of a tile
-inline constexpr int kWgmmaTileBytes = kChunksQK / 8 * kWgmmaBlockBytes;  // 9 blocks: 73,728 B
-inline constexpr int kWgmmaTokensPerGroup = kPageTokens / 2;              // S columns per warpgroup
-inline constexpr int kWgmmaColsPerGroup = kDimV / 2;                      // O columns per warpgroup
+inline constexpr int kWgmmaRows = 64;                         // rows per tile (wgmma M)
+inline constexpr int kWgmmaTokensPerGroup = kPageTokens / 2;  // S columns per warpgroup
 static_assert(kPageTokens == kWgmmaRows, "a page and a query tile share the 64-row layout");
 
 struct WgmmaSharedStorage {
-  alignas(1024) uint8_t q[kWgmmaTileBytes];
-  alignas(1024) uint8_t kv[kStages][kWgmmaTileBytes];
-  alignas(1024) uint8_t p[kWgmmaBlockBytes];  // [64 rows][64 tokens] bf16, one block
-  float row_partial[2][kWgmmaRows];           // per-warpgroup row maxima, then row sums
-  alignas(8) uint64_t page_full[kStages];     // TMA completion, one barrier per stage
+  alignas(1024) uint8_t q[kPageBytes];
+  alignas(1024) uint8_t kv[kStages][kPageBytes];
+  alignas(1024) uint8_t p[kColumnBlockBytes];  // [64 rows][64 tokens] bf16, one block
+  float row_partial[2][kWgmmaRows];            // per-warpgroup row maxima, then row sums
+  alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
 };
 static_assert(sizeof(WgmmaSharedStorage) <= 227 * 1024);
 
 // Byte offset of 16-byte chunk `chunk` (0..71) of row `row` (0..63) in a swizzled tile.
 __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
-  return (chunk >> 3) * kWgmmaBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+  return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
 // One body for both kernels (two pages in flight and the early PDL trigger measured slower here
@@ -73,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t p_smem = ptx::smem_address(smem.p);
   if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
 
-  const TileLoader<128, kWgmmaBlockBytes> loader(tid);
+  const TileLoader<128, kColumnBlockBytes> loader(tid);
   PageTmaPipeline pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
   __syncthreads();
@@ -110,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0 && page + 1 < piece.page_end)
         pipeline.issue(args, batch_index, page + 1, kv_head, 1);
       ++pipeline.pages_done;
-      const uint32_t kv_stage = kv_smem0 + stage * kWgmmaTileBytes;
+      const uint32_t kv_stage = kv_smem0 + stage * kPageBytes;
 
       // S = Q · Kᵀ over this warpgroup's 32 tokens.
       float s_acc[16];
@@ -119,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
-        const uint32_t k_offset = (kk / 4) * kWgmmaBlockBytes + (kk % 4) * 32;
+        const uint32_t k_offset = (kk / 4) * kColumnBlockBytes + (kk % 4) * 32;
         const uint64_t desc_q = wgmma::smem_descriptor(q_smem + k_offset, 0, 1024);
         const uint64_t desc_k = wgmma::smem_descriptor(
             kv_stage + k_offset + group * kWgmmaTokensPerGroup * 128, 0, 1024);
@@ -186,8 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ks = 0; ks < kPageTokens / 16; ++ks) {
         const uint64_t desc_p = wgmma::smem_descriptor(p_smem + ks * 32, 0, 1024);
         const uint64_t desc_v = wgmma::smem_descriptor(
-            kv_stage + group * (kWgmmaColsPerGroup / 64) * kWgmmaBlockBytes + ks * 16 * 128,
-            kWgmmaBlockBytes, 1024);
+            kv_stage + group * (kColsPerGroup / 64) * kColumnBlockBytes + ks * 16 * 128,
+            kColumnBlockBytes, 1024);
         wgmma::mma_m64n256k16_bf16_b_mn_major(o_acc, desc_p, desc_v);
       }
       wgmma::commit_group();

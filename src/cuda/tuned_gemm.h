@@ -49,10 +49,9 @@ struct GemmProblem {
 };
 
 struct TunedGemmStats {
-  int64_t problems_tuned = 0;    // timed once, remembered
-  int64_t problems_untimed = 0;  // the heuristic's first, remembered (M > kTunedMaxRows)
-  int64_t tuned_not_first = 0;   // tuned problems where a later candidate won
-  double tuning_ms = 0;          // host time spent tuning
+  int64_t problems_tuned = 0;   // timed once, remembered
+  int64_t tuned_not_first = 0;  // tuned problems where a later candidate won
+  double tuning_ms = 0;         // host time spent tuning
 };
 
 class TunedGemm {

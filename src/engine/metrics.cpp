@@ -65,20 +65,27 @@ void LatencySpread::add(double seconds) {
   }
 }
 
-double LatencySpread::value_at_rank(uint64_t rank) const {
-  uint64_t seen = 0;
-  for (size_t b = 0; b < kBins; ++b) {
-    seen += bins_[b].load(std::memory_order_relaxed);
-    if (seen >= rank) return (static_cast<double>(b) + 0.5) * kBinSeconds;
-  }
+std::vector<double> LatencySpread::values_at_ranks(const std::vector<uint64_t>& ranks) const {
   std::vector<double> over;
   {
     const std::lock_guard<std::mutex> lock(overflow_mutex_);
     over = overflow_;
   }
   std::sort(over.begin(), over.end());
-  const uint64_t index = rank - seen - 1;
-  return index < over.size() ? over[index] : (over.empty() ? 0.0 : over.back());
+  std::vector<double> values;
+  uint64_t seen = 0;  // values in the bins before b
+  size_t b = 0;
+  for (const uint64_t rank : ranks) {  // ascending: one walk over the bins for all of them
+    while (b < kBins && seen + bins_[b].load(std::memory_order_relaxed) < rank)
+      seen += bins_[b++].load(std::memory_order_relaxed);
+    if (b < kBins) {
+      values.push_back((static_cast<double>(b) + 0.5) * kBinSeconds);
+    } else {
+      const uint64_t index = rank - seen - 1;
+      values.push_back(index < over.size() ? over[index] : (over.empty() ? 0.0 : over.back()));
+    }
+  }
+  return values;
 }
 
 LatencySpread::Summary LatencySpread::summary() const {
@@ -87,10 +94,12 @@ LatencySpread::Summary LatencySpread::summary() const {
   if (s.count == 0) return s;
   s.mean = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9 / s.count;
   const uint64_t n = s.count;
-  s.median = n % 2 == 1 ? value_at_rank(n / 2 + 1)
-                        : 0.5 * (value_at_rank(n / 2) + value_at_rank(n / 2 + 1));
-  const uint64_t rank = static_cast<uint64_t>(std::ceil(0.99 * static_cast<double>(n)));
-  s.p99 = value_at_rank(std::min(n, std::max<uint64_t>(rank, 1)));
+  const uint64_t p99_rank = std::min(
+      n, std::max<uint64_t>(static_cast<uint64_t>(std::ceil(0.99 * static_cast<double>(n))), 1));
+  // The median's one or two middle ranks, then p99's (never below them).
+  const std::vector<double> v = values_at_ranks({(n + 1) / 2, n / 2 + 1, p99_rank});
+  s.median = n % 2 == 1 ? v[1] : 0.5 * (v[0] + v[1]);
+  s.p99 = v[2];
   return s;
 }
 

@@ -55,7 +55,8 @@ class LatencySpread {
   Summary summary() const;
 
  private:
-  double value_at_rank(uint64_t rank) const;  // 1-based, in sorted order
+  // The values of these 1-based ranks in sorted order (ranks ascending).
+  std::vector<double> values_at_ranks(const std::vector<uint64_t>& ranks) const;
   std::vector<std::atomic<uint32_t>> bins_;
   std::atomic<uint64_t> count_{0};
   std::atomic<int64_t> sum_ns_{0};

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "cuda/arena.h"
-#include "cuda/tuned_gemm.h"
 #include "cuda/device.h"
+#include "cuda/tuned_gemm.h"
 #include "mla/kernels/mla_decode.h"
 #include "mla/kernels/phase_marks.h"
 #include "model/backend.h"
@@ -55,7 +55,6 @@ struct OpProfileEntry {
   bool phase = false;
   int64_t calls = 0;
   double total_us = 0;
-  double mean_us() const { return calls > 0 ? total_us / calls : 0; }
 };
 
 struct CudaBackendStats {
@@ -108,7 +107,6 @@ class CudaBackend final : public Backend {
 
   // Op profiling (see the header comment). Turning it off keeps the totals; recording stops.
   void set_op_profiling(bool on);
-  bool op_profiling() const { return profiling_; }
   // Synchronises the stream; the totals by name, largest total first.
   std::vector<OpProfileEntry> op_profile();
   void reset_op_profile();
