@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "common/arg_checks.h"
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/tensor_map.h"
@@ -33,12 +34,8 @@ size_t align_up(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-bool aligned(const void* pointer, size_t alignment) {
-  return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
-}
-
 void require(bool ok, const std::string& message) {
-  if (!ok) throw Error("mla_decode: " + message);
+  arg_checks::require(ok, "mla_decode", message);
 }
 
 void check_shape(int batch, int seqlen_q, int num_heads_q, int num_heads_kv) {
@@ -65,7 +62,7 @@ void check_device(const DecodeDeviceFacts& device) {
 
 void check_workspace(const void* workspace, size_t workspace_bytes, size_t required) {
   require(workspace != nullptr, "workspace is null (allocate mla_decode_workspace_size() bytes)");
-  require(aligned(workspace, kWorkspaceAlignment),
+  require(arg_checks::aligned(workspace, kWorkspaceAlignment),
           fmt::format("workspace must be {}-byte aligned, got address {}", kWorkspaceAlignment,
                       workspace));
   require(workspace_bytes >= required,
@@ -75,15 +72,11 @@ void check_workspace(const void* workspace, size_t workspace_bytes, size_t requi
 }
 
 void check_pointer(const void* pointer, const char* name, size_t alignment) {
-  require(pointer != nullptr, fmt::format("{} is null", name));
-  require(aligned(pointer, alignment),
-          fmt::format("{} must be {}-byte aligned, got address {}", name, alignment, pointer));
+  arg_checks::check_pointer("mla_decode", name, pointer, alignment);
 }
 
 void check_stride(int64_t stride, const char* name, int64_t minimum) {
-  require(stride >= minimum && stride % 8 == 0,
-          fmt::format("{} must be a multiple of 8 elements (16 bytes) and >= {}, got {}", name,
-                      minimum, stride));
+  arg_checks::check_stride("mla_decode", name, stride, minimum);
 }
 
 // A non-negative integer from the environment (for measuring; callers read it once per process);

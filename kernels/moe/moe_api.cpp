@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "common/arg_checks.h"
 #include "core/error.h"
 #include "cuda/check.h"
 #include "mla/kernels/moe.h"
@@ -17,18 +18,11 @@
 namespace mla::kernels {
 namespace {
 
-void require(bool ok, const char* op, const std::string& message) {
-  if (!ok) throw Error(fmt::format("{}: {}", op, message));
-}
-
-bool aligned(const void* pointer, size_t alignment) {
-  return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
-}
+using arg_checks::aligned;
+using arg_checks::require;
 
 void check_pointer(const void* pointer, const char* op, const char* name, size_t alignment) {
-  require(pointer != nullptr, op, fmt::format("{} is null", name));
-  require(aligned(pointer, alignment), op,
-          fmt::format("{} must be {}-byte aligned, got address {}", name, alignment, pointer));
+  arg_checks::check_pointer(op, name, pointer, alignment);
 }
 
 }  // namespace

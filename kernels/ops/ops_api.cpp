@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/arg_checks.h"
 #include "core/error.h"
 #include "ops/ops_host.h"
 #include "mla/kernels/ops.h"
@@ -31,9 +32,7 @@ namespace {
 
 using ops::vector_ok;
 
-void require(bool ok, const char* op, const std::string& message) {
-  if (!ok) throw Error(fmt::format("{}: {}", op, message));
-}
+using arg_checks::require;
 
 void check_type(const char* op, const char* name, ScalarType type) {
   require(type == ScalarType::kF32 || type == ScalarType::kBF16, op,
@@ -45,10 +44,8 @@ void check_count(const char* op, const char* name, int64_t value) {
 }
 
 void check_pointer(const char* op, const char* name, const void* pointer, int64_t alignment) {
-  require(pointer != nullptr, op, fmt::format("{} is null", name));
-  require(reinterpret_cast<uintptr_t>(pointer) % alignment == 0, op,
-          fmt::format("{} must be {}-byte aligned (its element size), got address {}", name,
-                      alignment, pointer));
+  arg_checks::check_pointer(op, name, pointer, static_cast<size_t>(alignment),
+                            " (its element size)");
 }
 
 // A [rows, cols] view: a known type, data non-null and element-aligned, rows not overlapping.

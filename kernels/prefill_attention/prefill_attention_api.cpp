@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/arg_checks.h"
 #include "core/error.h"
 #include "mla/kernels/prefill_attention.h"
 #include "prefill_attention/config.h"
@@ -26,24 +27,15 @@ constexpr int kLargeTileMinSpanRows = 128;
 constexpr int64_t kMaxGridX = 2147483647;
 
 void require(bool ok, const std::string& message) {
-  if (!ok) throw Error("prefill_attention: " + message);
-}
-
-bool aligned(const void* pointer, size_t alignment) {
-  return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
+  arg_checks::require(ok, "prefill_attention", message);
 }
 
 void check_pointer(const void* pointer, const char* name, size_t alignment) {
-  require(pointer != nullptr, fmt::format("{} is null", name));
-  require(aligned(pointer, alignment),
-          fmt::format("{} must be {}-byte aligned, got address {}", name, alignment, pointer));
+  arg_checks::check_pointer("prefill_attention", name, pointer, alignment);
 }
 
-// Rows and heads must start 16-byte aligned (cp.async / vector stores of 8 bf16).
 void check_stride(int64_t stride, const char* name, int64_t minimum) {
-  require(stride >= minimum && stride % 8 == 0,
-          fmt::format("{} must be a multiple of 8 elements (16 bytes) and >= {}, got {}", name,
-                      minimum, stride));
+  arg_checks::check_stride("prefill_attention", name, stride, minimum);
 }
 
 }  // namespace
