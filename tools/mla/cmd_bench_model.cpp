@@ -501,6 +501,7 @@ void run_bench_throughput(ThroughputOptions o) {
           {"max_num_seqs", max_num_seqs},
           {"max_num_batched_tokens", o.max_num_batched_tokens},
           {"step_graphs", !o.source.eager},
+          {"fold_shared_experts", !o.source.unfold_shared_experts},
           {"graphs_recorded_before_run", o.record_graphs && !o.source.eager},
           {"kv_cache_pages", num_pages},
           {"seed", o.seed}}},
