@@ -662,6 +662,7 @@ void run_bench_step(StepOptions o) {
                       {"batch", o.batch},
                       {"context", o.context},
                       {"mode", graph ? "step graph" : "eager"},
+                      {"fold_shared_experts", !o.source.unfold_shared_experts},
                       {"runs", o.runs},
                       {"us_per_step_with_device_sampling", us},
                       {"us_per_step_device", device_us},
