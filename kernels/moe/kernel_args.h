@@ -17,8 +17,8 @@ struct RouteArgs {
   const float* bias = nullptr;  // [num_experts] fp32 or null
   int64_t tokens = 0;
   MoeRouteParams params;
-  int32_t* expert_ids = nullptr;    // [tokens, top_k] int32
-  float* expert_weights = nullptr;  // [tokens, top_k] fp32
+  int32_t* expert_ids = nullptr;    // [tokens, top_k + appended_experts] int32
+  float* expert_weights = nullptr;  // [tokens, top_k + appended_experts] fp32
 };
 
 struct PlanArgs {

@@ -36,6 +36,9 @@ void check_moe_route_args(const float* router_logits, int64_t logits_row_stride,
   require(p.top_k >= 1 && p.top_k <= kMoeMaxTopK && p.top_k <= p.num_experts, op,
           fmt::format("top_k must be in [1, min({}, num_experts = {})], got {}", kMoeMaxTopK,
                       p.num_experts, p.top_k));
+  require(p.appended_experts >= 0 && p.top_k + p.appended_experts <= kMoeMaxTopK, op,
+          fmt::format("appended_experts must be in [0, {} - top_k = {}], got {}", kMoeMaxTopK,
+                      kMoeMaxTopK - p.top_k, p.appended_experts));
   if (p.method != MoeTopk::kGreedy) {
     require(p.n_group >= 1 && p.n_group <= 32 && p.num_experts % p.n_group == 0, op,
             fmt::format("n_group must be in [1, 32] and divide num_experts = {}, got {}",

@@ -172,13 +172,18 @@ __global__ void __launch_bounds__(32 * kRouteWarpsPerBlock)
       my_expert = index;
     }
   }
+  // Lane i < top_k writes routed pair i; lanes top_k.. the appended (always-on) pairs.
+  const int pairs = p.top_k + p.appended_experts;
   if (lane < p.top_k) {
     const bool normalized = p.normalize && p.top_k > 1;
     float weight = my_weight;
     if (normalized) weight = static_cast<float>(double(weight) / (total + 1e-20));
     if (!normalized || p.scale_when_normalized) weight *= p.routed_scaling_factor;
-    args.expert_ids[token * p.top_k + lane] = my_expert;
-    args.expert_weights[token * p.top_k + lane] = weight;
+    args.expert_ids[token * pairs + lane] = my_expert;
+    args.expert_weights[token * pairs + lane] = weight;
+  } else if (lane < pairs) {
+    args.expert_ids[token * pairs + lane] = num_experts + (lane - p.top_k);
+    args.expert_weights[token * pairs + lane] = 1.0f;
   }
 }
 

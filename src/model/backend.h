@@ -72,6 +72,13 @@ class Backend {
   // in `seed`. The default draws on the host and uploads; a GPU backend fills on the device.
   virtual Tensor random_weight(const std::string& name, std::initializer_list<int64_t> shape,
                                uint64_t seed, float stddev);
+  // A weight re-laid out at load time: a new long-lived contiguous tensor holding `src` (a
+  // strided [rows, cols] view of a weight this backend holds), counted as weight memory. The
+  // model cuts the shared experts' down_proj into per-expert column blocks with it.
+  virtual Tensor repack_weight(const Tensor& src) = 0;
+  // Empties `weight`; when that was the last reference to its memory, the memory is freed and no
+  // longer counted as weight memory (a weight the model repacked and no longer needs).
+  virtual void release_weight(Tensor& weight) { weight = Tensor{}; }
   virtual void fill(Tensor& dst, float value) = 0;
   // Copies a tensor (any strides) to host memory, densely, in row-major order.
   virtual void copy_to_host(const Tensor& src, float* dst) = 0;
@@ -164,13 +171,15 @@ class Backend {
   virtual std::vector<RowSample> sample(const Tensor& logits, std::span<const RowSampling> rows);
 
   // --- MoE.
-  // router_logits [T, experts] fp32; correction_bias [experts] or empty; expert_ids [T, top_k]
-  // i32, expert_weights [T, top_k] fp32.
+  // router_logits [T, experts] fp32; correction_bias [experts] or empty; expert_ids [T, pairs]
+  // i32, expert_weights [T, pairs] fp32, pairs = top_k + params.appended_experts (the folded
+  // shared experts: ids experts.., weight 1, after the routed pairs; ref::route_experts).
   virtual void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                          const ref::MoeRoutingParams& params, Tensor& expert_ids,
                          Tensor& expert_weights) = 0;
   // out [T, hidden] = Σ_k expert_weights[t][k] · expert_{ids[t][k]}(x[t]); with `accumulate`,
   // out += that sum (the shared experts' output already there: one pass instead of an add).
+  // `experts` may hold more experts than the router scores (the folded shared experts).
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            const ExpertWeights& experts, bool accumulate, Tensor& out) = 0;
 };

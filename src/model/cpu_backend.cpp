@@ -85,6 +85,19 @@ Tensor CpuBackend::upload_weight(const std::string& name, std::vector<float> val
   return tensor;
 }
 
+Tensor CpuBackend::repack_weight(const Tensor& src) {
+  MLA_CHECK(src.rank == 2 && src.dtype == DType::kF32);
+  Tensor tensor = allocate(DType::kF32, {src.shape[0], src.shape[1]});
+  copy(src, tensor);
+  stats_.weight_elements += tensor.numel();
+  return tensor;
+}
+
+void CpuBackend::release_weight(Tensor& weight) {
+  if (weight.storage.use_count() == 1) stats_.weight_elements -= weight.numel();
+  weight = Tensor{};
+}
+
 void CpuBackend::fill(Tensor& dst, float value) {
   MLA_CHECK(dst.dtype == DType::kF32);
   check_innermost_contiguous(dst, "fill");
@@ -346,12 +359,14 @@ void CpuBackend::moe_route(const Tensor& router_logits, const Tensor& correction
   MLA_CHECK_EQ(router_logits.shape[1], params.num_experts);
   MLA_CHECK(expert_ids.dtype == DType::kI32 && expert_ids.is_contiguous());
   MLA_CHECK(expert_weights.is_contiguous());
-  MLA_CHECK_EQ(expert_ids.shape[1], params.top_k);
+  const int64_t pairs = params.top_k + params.appended_experts;
+  MLA_CHECK_EQ(expert_ids.shape[1], pairs);
+  MLA_CHECK_EQ(expert_weights.shape[1], pairs);
   const float* bias = correction_bias.empty() ? nullptr : correction_bias.as<float>();
   for (int64_t t = 0; t < router_logits.shape[0]; ++t)
     ref::route_experts(router_logits.as<float>() + t * params.num_experts, bias, params,
-                       expert_ids.as<int32_t>() + t * params.top_k,
-                       expert_weights.as<float>() + t * params.top_k);
+                       expert_ids.as<int32_t>() + t * pairs,
+                       expert_weights.as<float>() + t * pairs);
 }
 
 void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,

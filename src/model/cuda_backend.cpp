@@ -297,6 +297,23 @@ Tensor CudaBackend::random_weight(const std::string& name, std::initializer_list
   return tensor;
 }
 
+Tensor CudaBackend::repack_weight(const Tensor& src) {
+  MLA_CHECK(src.rank == 2);
+  Tensor tensor = owned_tensor(src.dtype, {src.shape[0], src.shape[1]});
+  copy(src, tensor);
+  stats_.weight_bytes += static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype);
+  return tensor;
+}
+
+void CudaBackend::release_weight(Tensor& weight) {
+  if (weight.storage.use_count() == 1) {
+    // A repack may still be reading it on the stream.
+    MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    stats_.weight_bytes -= static_cast<size_t>(weight.numel()) * dtype_size(weight.dtype);
+  }
+  weight = Tensor{};
+}
+
 void CudaBackend::fill(Tensor& dst, float value) {
   // One row of the value on the device, broadcast (stride 0) over the destination's rows.
   const Dims3 dims = as_dims3(dst, "fill destination");
@@ -935,8 +952,8 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
   MLA_CHECK_EQ(router_logits.shape[1], params.num_experts);
   MLA_CHECK(expert_ids.dtype == DType::kI32 && expert_ids.is_contiguous());
   MLA_CHECK(expert_weights.dtype == DType::kF32 && expert_weights.is_contiguous());
-  MLA_CHECK_EQ(expert_ids.shape[1], params.top_k);
-  MLA_CHECK_EQ(expert_weights.shape[1], params.top_k);
+  MLA_CHECK_EQ(expert_ids.shape[1], params.top_k + params.appended_experts);
+  MLA_CHECK_EQ(expert_weights.shape[1], params.top_k + params.appended_experts);
   kernels::MoeRouteParams p{};
   p.num_experts = params.num_experts;
   p.top_k = params.top_k;
@@ -951,6 +968,7 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
   p.normalize = params.normalize;
   p.routed_scaling_factor = params.routed_scaling_factor;
   p.scale_when_normalized = params.scale_when_normalized;
+  p.appended_experts = params.appended_experts;
   const float* bias = nullptr;
   if (!correction_bias.empty()) {
     MLA_CHECK(correction_bias.dtype == DType::kF32);

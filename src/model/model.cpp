@@ -153,6 +153,18 @@ void Model::load_layer(const WeightSource& weights, int index) {
     layer.shared_gate_proj = load("mlp.shared_experts.gate_proj.weight", {shared_width, hidden});
     layer.shared_up_proj = load("mlp.shared_experts.up_proj.weight", {shared_width, hidden});
     layer.shared_down_proj = load("mlp.shared_experts.down_proj.weight", {hidden, shared_width});
+    if (options_.fold_shared_experts) {
+      // Virtual expert j: gate/up rows [j·width, (j+1)·width) (contiguous views), down columns
+      // [j·width, (j+1)·width) of [hidden, shared_width] (strided: copied out).
+      for (int64_t j = 0; j < c.n_shared_experts; ++j) {
+        layer.experts.gate_proj.push_back(layer.shared_gate_proj.slice(0, j * width, width));
+        layer.experts.up_proj.push_back(layer.shared_up_proj.slice(0, j * width, width));
+        layer.experts.down_proj.push_back(
+            backend_.repack_weight(layer.shared_down_proj.slice(1, j * width, width)));
+      }
+      backend_.release_weight(layer.shared_down_proj);
+      layer.folded_shared_experts = c.n_shared_experts;
+    }
   }
 }
 
@@ -303,16 +315,19 @@ Tensor Model::mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_pro
 
 Tensor Model::moe(const LayerWeights& layer, const Tensor& x) {
   const int64_t tokens = x.shape[0];
-  const int64_t top_k = config_.num_experts_per_tok;
+  // Folded shared experts: the router appends them to every token's pairs (weight 1).
+  ref::MoeRoutingParams routing = routing_;
+  routing.appended_experts = layer.folded_shared_experts;
+  const int64_t pairs = config_.num_experts_per_tok + routing.appended_experts;
   // The router runs in fp32 whatever the backend's storage (as DeepSeek's and HF's code do).
   Tensor router_logits = backend_.allocate(DType::kF32, {tokens, config_.n_routed_experts});
   backend_.linear(x, layer.router, router_logits);
-  Tensor expert_ids = backend_.allocate(DType::kI32, {tokens, top_k});
-  Tensor expert_weights = backend_.allocate(DType::kF32, {tokens, top_k});
-  backend_.moe_route(router_logits, layer.e_score_correction_bias, routing_, expert_ids,
+  Tensor expert_ids = backend_.allocate(DType::kI32, {tokens, pairs});
+  Tensor expert_weights = backend_.allocate(DType::kF32, {tokens, pairs});
+  backend_.moe_route(router_logits, layer.e_score_correction_bias, routing, expert_ids,
                      expert_weights);
-  // The shared experts first; the routed experts' weighted sum is added onto their output.
-  const bool shared = !layer.shared_gate_proj.empty();
+  // Unfolded shared experts first; the routed experts' weighted sum is added onto their output.
+  const bool shared = !layer.shared_down_proj.empty();
   Tensor out = shared
                    ? mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj)
                    : backend_.allocate(backend_.activation_dtype(), {tokens, config_.hidden_size});

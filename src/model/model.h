@@ -36,6 +36,12 @@ struct ModelOptions {
   bool step_graphs = true;
   int max_graph_batch = 256;
   int graph_max_context = 16384;
+  // The shared experts of a MoE layer run inside the routed experts' op (Backend::moe_experts) as
+  // n_shared_experts extra experts of moe_intermediate_size each, which the router appends to
+  // every token with weight 1 (ref::MoeRoutingParams::appended_experts); their output is summed
+  // with the routed experts' in fp32. false: a separate MLP whose output the routed sum is added
+  // onto. Read at load (the folded layout holds shared_down_proj cut into per-expert copies).
+  bool fold_shared_experts = true;
 };
 
 // One layer's weights; names as in the checkpoint (model.layers.N.<name>).
@@ -61,6 +67,11 @@ struct LayerWeights {
   Tensor e_score_correction_bias;  // mlp.gate.e_score_correction_bias [n_routed_experts]
   ExpertWeights experts;           // mlp.experts.E.{gate,up,down}_proj.weight
   Tensor shared_gate_proj, shared_up_proj, shared_down_proj;  // mlp.shared_experts.*
+  // With ModelOptions::fold_shared_experts: `experts` ends with n_shared_experts more, expert
+  // n_routed_experts + j being the shared experts' slice j of moe_intermediate_size: gate and up
+  // are row views of shared_gate_proj / shared_up_proj, down a contiguous copy of
+  // shared_down_proj's column block j (which is then released: shared_down_proj is empty).
+  int folded_shared_experts = 0;
 };
 
 // The latent cache: per layer [num_pages, page_size, kv_lora_rank + qk_rope_head_dim].

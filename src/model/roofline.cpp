@@ -29,6 +29,8 @@ ModelWeightBytes model_weight_bytes(const weights::ModelConfig& c) {
     if (c.is_moe_layer(layer)) {
       ++bytes.num_moe_layers;
       params += double(c.n_routed_experts) * hidden;  // router
+      // The shared experts, read by every step (also when folded into the routed experts' op:
+      // the same bytes, as n_shared_experts extra experts every token picks).
       params += 3.0 * c.moe_intermediate_size * c.n_shared_experts * hidden;
       if (c.topk_method == weights::TopkMethod::kNoauxTc)
         dense_f32 += c.n_routed_experts;  // e_score_correction_bias stays fp32

@@ -104,6 +104,11 @@ void route_experts(const float* logits, const float* bias, const MoeRoutingParam
       weights[i] = static_cast<float>(weights[i] / (total + 1e-20));
   if (!normalized || params.scale_when_normalized)
     for (int i = 0; i < params.top_k; ++i) weights[i] *= params.routed_scaling_factor;
+  MLA_CHECK_GE(params.appended_experts, 0);
+  for (int j = 0; j < params.appended_experts; ++j) {
+    expert_ids[params.top_k + j] = params.num_experts + j;
+    weights[params.top_k + j] = 1.0f;
+  }
 }
 
 }  // namespace mla::ref

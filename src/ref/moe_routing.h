@@ -9,6 +9,9 @@
 //   weight = scores[expert] (never the bias); renormalised to sum 1 when norm_topk_prob and
 //   top_k > 1; then × routed_scaling_factor. DeepSeek-V2's reference scales only when it does not
 //   renormalise (scale_when_normalized = false); V3's always scales.
+//   appended_experts (the shared experts folded into the routed experts' GEMM): that many pairs
+//   follow the top_k routed ones, ids num_experts, num_experts + 1, .., weight exactly 1 (not
+//   renormalised, not scaled); the routed pairs are the same as without them.
 // The subtle part: the bias only picks experts, it never weighs them. Ties go to the lower expert.
 #pragma once
 
@@ -29,10 +32,12 @@ struct MoeRoutingParams {
   bool normalize = false;              // norm_topk_prob
   float routed_scaling_factor = 1.0f;  // routed_scaling_factor
   bool scale_when_normalized = true;   // V3: true; V2: false
+  int appended_experts = 0;            // always-on pairs after the top_k routed ones (see above)
 };
 
 // logits [num_experts] (fp32 router output); bias [num_experts] or nullptr; writes top_k expert
-// ids (best first) and their weights.
+// ids (best first) and their weights, then the appended_experts always-on pairs: top_k +
+// appended_experts entries in all.
 void route_experts(const float* logits, const float* bias, const MoeRoutingParams& params,
                    int32_t* expert_ids, float* weights);
 

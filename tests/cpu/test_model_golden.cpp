@@ -15,6 +15,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/cpu_backend.h"
@@ -34,15 +35,18 @@ using testing::max_abs_diff;
 using testing::PathRun;
 using testing::run_path;
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+// (fixture, shared experts folded into the routed experts' op or run as their own MLP)
+class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(GoldenTest, MatchesTransformersThreeWays) {
-  const std::string dir = fixture_dir(GetParam());
+  const std::string fixture = std::get<0>(GetParam());
+  const std::string dir = fixture_dir(fixture);
   const Golden golden = load_golden(dir);
   model::CpuBackend backend;
   // Small context chunks: a 200-token context is gathered in four pieces and merged by LSE.
   model::ModelOptions options;
   options.context_chunk_tokens = 50;
+  options.fold_shared_experts = std::get<1>(GetParam());
   const auto model = model::Model::load(dir, backend, options);
   ASSERT_EQ(model->config().vocab_size, golden.vocab);
 
@@ -64,7 +68,7 @@ TEST_P(GoldenTest, MatchesTransformersThreeWays) {
     std::printf(
         "[ golden   ] %s, %s: max |logit - HF| prompt %.3g, generated %.3g (max |logit| "
         "%.3g, tolerance %.3g)\n",
-        GetParam().c_str(), way.name, prompt_error, generated_error, scale, tolerance);
+        fixture.c_str(), way.name, prompt_error, generated_error, scale, tolerance);
     EXPECT_LE(prompt_error, tolerance) << way.name;
     EXPECT_LE(generated_error, tolerance) << way.name;
     EXPECT_EQ(r.generated_ids, golden.generated_ids) << way.name;
@@ -72,7 +76,7 @@ TEST_P(GoldenTest, MatchesTransformersThreeWays) {
   for (size_t i = 1; i < runs.size(); ++i) {
     const float error = std::max(max_abs_diff(runs[i].prompt_logits, runs[0].prompt_logits),
                                  max_abs_diff(runs[i].generated_logits, runs[0].generated_logits));
-    std::printf("[ golden   ] %s, %s vs whole prompt: max |diff| %.3g\n", GetParam().c_str(),
+    std::printf("[ golden   ] %s, %s vs whole prompt: max |diff| %.3g\n", fixture.c_str(),
                 ways[i].name, error);
     EXPECT_LE(error, tolerance) << ways[i].name;
     EXPECT_EQ(runs[i].generated_ids, runs[0].generated_ids) << ways[i].name;
@@ -80,11 +84,13 @@ TEST_P(GoldenTest, MatchesTransformersThreeWays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
-                         ::testing::Values("tiny-deepseek-v2-lite", "tiny-deepseek-v3"),
+                         ::testing::Combine(::testing::Values("tiny-deepseek-v2-lite",
+                                                              "tiny-deepseek-v3"),
+                                            ::testing::Bool()),
                          [](const auto& info) {
-                           std::string name = info.param;
+                           std::string name = std::get<0>(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
+                           return name + (std::get<1>(info.param) ? "_folded" : "_shared_mlp");
                          });
 
 // generate() (what `mla generate` runs) gives HF's greedy ids whichever way the prompt goes in.
@@ -93,6 +99,7 @@ TEST(Generate, GreedyIdsMatchTransformers) {
   const Golden golden = load_golden(dir);
   model::CpuBackend backend;
   const auto model = model::Model::load(dir, backend);
+  ASSERT_TRUE(model->options().fold_shared_experts);  // the default
   for (int mode = 0; mode < 3; ++mode) {
     model::GenerateOptions options;
     options.max_tokens = static_cast<int>(golden.generated_ids.size());
@@ -102,6 +109,65 @@ TEST(Generate, GreedyIdsMatchTransformers) {
     const model::GenerateResult result = model::generate(*model, golden.prompt_ids, options);
     EXPECT_EQ(result.ids, golden.generated_ids) << "mode " << mode;
   }
+}
+
+// Folding the shared experts: each MoE layer's experts end with n_shared_experts slices of the
+// shared MLP (gate/up: row views of its weights; down: contiguous copies of its column blocks,
+// equal to them value for value), the original down_proj is released, and the backend holds as
+// many weight elements as the checkpoint has, folded or not.
+TEST(FoldSharedExperts, ExpertsEndWithTheSharedSlicesAndNothingIsDuplicated) {
+  const std::string dir = fixture_dir("tiny-deepseek-v2-lite");
+  const weights::Checkpoint checkpoint = weights::Checkpoint::open(dir);
+  int64_t checkpoint_elements = 0;
+  for (const weights::TensorInfo* tensor : checkpoint.tensors())
+    if (tensor->name.find("_scale_inv") == std::string::npos)
+      checkpoint_elements += tensor->numel();
+  model::CpuBackend plain_backend, folded_backend;
+  model::ModelOptions plain_options;
+  plain_options.fold_shared_experts = false;
+  const model::Model plain(checkpoint, plain_backend, plain_options);
+  const model::Model folded(checkpoint, folded_backend, {});
+  EXPECT_EQ(plain_backend.stats().weight_elements, checkpoint_elements);
+  EXPECT_EQ(folded_backend.stats().weight_elements, checkpoint_elements);
+  const weights::ModelConfig& c = folded.config();
+  ASSERT_GT(c.n_shared_experts, 1);  // several slices, so the column-block index math is exercised
+  const int64_t width = c.moe_intermediate_size;
+  const int64_t hidden = c.hidden_size;
+  int moe_layers = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const model::LayerWeights& p = plain.layer(i);
+    const model::LayerWeights& f = folded.layer(i);
+    if (!f.is_moe) continue;
+    ++moe_layers;
+    EXPECT_EQ(p.folded_shared_experts, 0);
+    EXPECT_EQ(p.experts.down_proj.size(), size_t(c.n_routed_experts));
+    ASSERT_FALSE(p.shared_down_proj.empty());
+    EXPECT_EQ(f.folded_shared_experts, c.n_shared_experts);
+    EXPECT_TRUE(f.shared_down_proj.empty());
+    const size_t all = size_t(c.n_routed_experts + c.n_shared_experts);
+    ASSERT_EQ(f.experts.gate_proj.size(), all);
+    ASSERT_EQ(f.experts.up_proj.size(), all);
+    ASSERT_EQ(f.experts.down_proj.size(), all);
+    for (int j = 0; j < c.n_shared_experts; ++j) {
+      const model::Tensor& gate = f.experts.gate_proj[c.n_routed_experts + j];
+      const model::Tensor& up = f.experts.up_proj[c.n_routed_experts + j];
+      const model::Tensor& down = f.experts.down_proj[c.n_routed_experts + j];
+      EXPECT_EQ(gate.storage, f.shared_gate_proj.storage);
+      EXPECT_EQ(gate.as<float>(), f.shared_gate_proj.as<float>() + j * width * hidden);
+      EXPECT_EQ(up.as<float>(), f.shared_up_proj.as<float>() + j * width * hidden);
+      EXPECT_TRUE(gate.is_contiguous() && up.is_contiguous() && down.is_contiguous());
+      ASSERT_EQ(down.shape[0], hidden);
+      ASSERT_EQ(down.shape[1], width);
+      const int64_t shared_width = p.shared_down_proj.shape[1];
+      ASSERT_EQ(shared_width, c.n_shared_experts * width);
+      for (int64_t r = 0; r < hidden; ++r)
+        for (int64_t col = 0; col < width; ++col)
+          ASSERT_EQ(down.as<float>()[r * width + col],
+                    p.shared_down_proj.as<float>()[r * shared_width + j * width + col])
+              << "layer " << i << " slice " << j << " row " << r << " column " << col;
+    }
+  }
+  EXPECT_GT(moe_layers, 0);
 }
 
 // The absorption stays a view: the backend holds exactly the checkpoint's weights (no absorbed

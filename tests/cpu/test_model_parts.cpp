@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -300,6 +301,52 @@ TEST(MoeRouting, NoauxTcBiasPicksButNeverWeighs) {
   const double s6 = 1 / (1 + std::exp(-0.5)), s0 = 1 / (1 + std::exp(-1.0));
   EXPECT_NEAR(weights[0], 2.5 * s6 / (s6 + s0), 1e-5);  // unbiased score, renormalised, scaled
   EXPECT_NEAR(weights[1], 2.5 * s0 / (s6 + s0), 1e-5);
+}
+
+// The folded shared experts: appended_experts pairs after the routed top_k, ids num_experts..,
+// weight exactly 1 (neither renormalised nor scaled), and the routed pairs bit-identical to a
+// route without them; nothing written past top_k + appended_experts.
+TEST(MoeRouting, AppendedExpertsFollowTheRoutedPairs) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  for (ref::MoeTopk method :
+       {ref::MoeTopk::kGreedy, ref::MoeTopk::kGroupLimitedGreedy, ref::MoeTopk::kNoauxTc}) {
+    for (int appended : {1, 2, 3}) {
+      ref::MoeRoutingParams params;
+      params.num_experts = 24;
+      params.top_k = 5;
+      params.n_group = 4;
+      params.topk_group = 2;
+      params.method = method;
+      params.scoring =
+          method == ref::MoeTopk::kNoauxTc ? ref::MoeScoring::kSigmoid : ref::MoeScoring::kSoftmax;
+      params.normalize = true;
+      params.routed_scaling_factor = 2.5f;
+      params.scale_when_normalized = true;
+      std::vector<float> logits(params.num_experts), bias(params.num_experts);
+      for (float& v : logits) v = normal(rng);
+      for (float& v : bias) v = 0.05f * normal(rng);
+      std::vector<int32_t> plain_ids(params.top_k);
+      std::vector<float> plain_weights(params.top_k);
+      ref::route_experts(logits.data(), bias.data(), params, plain_ids.data(),
+                         plain_weights.data());
+      params.appended_experts = appended;
+      const int pairs = params.top_k + appended;
+      std::vector<int32_t> ids(pairs + 1, -7);  // one sentinel past the end
+      std::vector<float> weights(pairs + 1, -7.f);
+      ref::route_experts(logits.data(), bias.data(), params, ids.data(), weights.data());
+      for (int i = 0; i < params.top_k; ++i) {
+        EXPECT_EQ(ids[i], plain_ids[i]) << i;
+        EXPECT_EQ(std::memcmp(&weights[i], &plain_weights[i], sizeof(float)), 0) << i;
+      }
+      for (int j = 0; j < appended; ++j) {
+        EXPECT_EQ(ids[params.top_k + j], params.num_experts + j);
+        EXPECT_EQ(weights[params.top_k + j], 1.0f);
+      }
+      EXPECT_EQ(ids[pairs], -7);
+      EXPECT_EQ(weights[pairs], -7.f);
+    }
+  }
 }
 
 model::ForwardBatch two_decodes_two_prefills() {

@@ -2,18 +2,19 @@
 //
 // The same three ways as the CPU golden test (whole prompt; chunks of 64 and 17, which exercise
 // the cached-context path with LSE merges; token by token through the absorbed decode op with
-// step graphs), then: step graphs against eager steps, and batch invariance through the engine
-// (one greedy request alone and among 63 others). The CUDA backend runs bf16 weights and
-// activations, so logits are compared with a bf16 tolerance (stated below, measured values
-// printed) everywhere but at the few tokens whose router nearly ties (the CPU backend measures
-// each token's routing margin); greedy ids must be identical (the fixtures' top-1/top-2 margins
-// are >= 0.018).
+// step graphs), with the shared experts folded into the routed experts' op and not, then: step
+// graphs against eager steps, and batch invariance through the engine (one greedy request alone and
+// among 63 others). The CUDA backend runs bf16 weights and activations, so logits are compared with
+// a bf16 tolerance (stated below, measured values printed) everywhere but at the few tokens whose
+// router nearly ties (the CPU backend measures each token's routing margin); greedy ids must be
+// identical (the fixtures' top-1/top-2 margins are >= 0.018).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/engine.h"
@@ -48,7 +49,8 @@ constexpr float kLogitTolerance = 2e-2f;
 constexpr float kRoutingTieMargin = 1e-2f;
 constexpr double kMaxTieRows = 0.05;
 
-class CudaGoldenTest : public ::testing::TestWithParam<std::string> {};
+// (fixture, shared experts folded into the routed experts' grouped GEMM or run as their own MLP)
+class CudaGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 // Rows (positions) of `run` over `tolerance` against `reference`, each printed with the CPU
 // backend's routing margin there; fails for a row whose margin is not a near tie. Returns how many.
@@ -72,10 +74,12 @@ int rows_over_tolerance(const char* what, const std::vector<float>& run,
 
 TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
   MLA_REQUIRE_SM90_GPU();
-  const std::string dir = fixture_dir(GetParam());
+  const std::string fixture = std::get<0>(GetParam());
+  const std::string dir = fixture_dir(fixture);
   const Golden golden = load_golden(dir);
   model::ModelOptions options;
   options.context_chunk_tokens = 50;  // a 200-token context in four gathered pieces
+  options.fold_shared_experts = std::get<1>(GetParam());
   model::CudaBackend backend;
   const auto model = model::Model::load(dir, backend, options);
   testing::RoutingMarginBackend cpu_backend;
@@ -101,7 +105,7 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
     std::printf(
         "[ cuda     ] %s, %s: max |logit - HF| prompt %.3g, generated %.3g; vs CPU backend "
         "%.3g (max |logit| %.3g, tolerance %.3g)\n",
-        GetParam().c_str(), way.name, prompt_error, generated_error, cpu_error, scale, tolerance);
+        fixture.c_str(), way.name, prompt_error, generated_error, cpu_error, scale, tolerance);
     // generated_logits[i] is the row of position prompt - 1 + i (the first is the prompt's last).
     const int tie_rows =
         rows_over_tolerance("prompt vs HF", r.prompt_logits, golden.prompt_logits, golden.vocab, 0,
@@ -120,12 +124,29 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest,
-                         ::testing::Values("tiny-deepseek-v2-lite", "tiny-deepseek-v3"),
+                         ::testing::Combine(::testing::Values("tiny-deepseek-v2-lite",
+                                                              "tiny-deepseek-v3"),
+                                            ::testing::Bool()),
                          [](const auto& info) {
-                           std::string name = info.param;
+                           std::string name = std::get<0>(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
+                           return name + (std::get<1>(info.param) ? "_folded" : "_shared_mlp");
                          });
+
+// Folding repacks the shared experts' down_proj and releases the original: the device holds the
+// same weight bytes folded or not (2 shared experts on V2-Lite: two column blocks).
+TEST(CudaBackend, FoldedSharedExpertsHoldTheSameWeightBytes) {
+  MLA_REQUIRE_SM90_GPU();
+  const std::string dir = fixture_dir("tiny-deepseek-v2-lite");
+  model::ModelOptions plain_options;
+  plain_options.fold_shared_experts = false;
+  model::CudaBackend plain_backend, folded_backend;
+  const auto plain = model::Model::load(dir, plain_backend, plain_options);
+  const auto folded = model::Model::load(dir, folded_backend);
+  ASSERT_TRUE(folded->options().fold_shared_experts);
+  EXPECT_GT(plain_backend.stats().weight_bytes, 0u);
+  EXPECT_EQ(folded_backend.stats().weight_bytes, plain_backend.stats().weight_bytes);
+}
 
 // A replayed step graph computes what the eager step computes: the same kernels on the same data.
 TEST(CudaBackend, StepGraphsGiveTheEagerLogits) {

@@ -313,6 +313,61 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
     b.cpu.moe_experts(x_cpu, ids_cpu, wts_cpu, experts_cpu, /*accumulate=*/true, want);
     b.cuda.moe_experts(x_cuda, ids_cuda, wts_cuda, experts_cuda, /*accumulate=*/true, got);
     b.expect_close("moe_experts accumulated", got, want);
+
+    // Folded shared experts (ModelOptions::fold_shared_experts): 2 more experts of width 32 cut
+    // from a [2·32, hidden] gate/up (row views) and a [hidden, 2·32] down (column blocks copied by
+    // repack_weight), appended by the router as ids 16, 17 with weight 1 after the routed pairs.
+    constexpr int kShared = 2;
+    auto [sg_cpu, sg_cuda] = b.input2("shared gate", kShared * 32, hidden, 0.2f);
+    auto [su_cpu, su_cuda] = b.input2("shared up", kShared * 32, hidden, 0.2f);
+    auto [sd_cpu, sd_cuda] = b.input2("shared down", hidden, kShared * 32, 0.2f);
+    model::ExpertWeights folded_cpu = experts_cpu, folded_cuda = experts_cuda;
+    for (int j = 0; j < kShared; ++j) {
+      folded_cpu.gate_proj.push_back(sg_cpu.slice(0, j * 32, 32));
+      folded_cpu.up_proj.push_back(su_cpu.slice(0, j * 32, 32));
+      folded_cpu.down_proj.push_back(b.cpu.repack_weight(sd_cpu.slice(1, j * 32, 32)));
+      folded_cuda.gate_proj.push_back(sg_cuda.slice(0, j * 32, 32));
+      folded_cuda.up_proj.push_back(su_cuda.slice(0, j * 32, 32));
+      folded_cuda.down_proj.push_back(b.cuda.repack_weight(sd_cuda.slice(1, j * 32, 32)));
+      EXPECT_TRUE(folded_cuda.down_proj.back().is_contiguous());
+      // A copy of bf16 values: exact.
+      EXPECT_EQ(host(b.cuda, folded_cuda.down_proj.back()),
+                host(b.cpu, folded_cpu.down_proj.back()))
+          << "repack_weight " << j;
+    }
+    ref::MoeRoutingParams folded_routing = routing;
+    folded_routing.appended_experts = kShared;
+    const int64_t pairs = 4 + kShared;
+    Tensor fids_cpu = b.cpu.allocate(DType::kI32, {tokens, pairs});
+    Tensor fwts_cpu = b.cpu.allocate(DType::kF32, {tokens, pairs});
+    b.cpu.moe_route(logits_cpu, bias_cpu, folded_routing, fids_cpu, fwts_cpu);
+    Tensor fids_cuda = b.cuda.allocate(DType::kI32, {tokens, pairs});
+    Tensor fwts_cuda = b.cuda.allocate(DType::kF32, {tokens, pairs});
+    b.cuda.moe_route(logits_cuda0, bias_cuda, folded_routing, fids_cuda, fwts_cuda);
+    std::vector<int32_t> want_fids(tokens * pairs), got_fids(tokens * pairs);
+    std::memcpy(want_fids.data(), fids_cpu.data, want_fids.size() * sizeof(int32_t));
+    MLA_CUDA_CHECK(cudaStreamSynchronize(b.cuda.stream()));
+    MLA_CUDA_CHECK(cudaMemcpy(got_fids.data(), fids_cuda.data, got_fids.size() * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got_fids, want_fids);
+    const std::vector<float> routed_wts = host(b.cuda, wts_cuda);
+    const std::vector<float> folded_wts = host(b.cuda, fwts_cuda);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int k = 0; k < 4; ++k) {  // the routed pairs as without the appended ones, bit for bit
+        EXPECT_EQ(got_fids[t * pairs + k], got_ids[t * 4 + k]) << t << " " << k;
+        EXPECT_EQ(std::memcmp(&folded_wts[t * pairs + k], &routed_wts[t * 4 + k], sizeof(float)), 0)
+            << t << " " << k;
+      }
+      for (int j = 0; j < kShared; ++j) {
+        EXPECT_EQ(got_fids[t * pairs + 4 + j], 16 + j) << t;
+        EXPECT_EQ(folded_wts[t * pairs + 4 + j], 1.0f) << t;
+      }
+    }
+    Tensor folded_want = b.cpu.allocate(DType::kF32, {tokens, hidden});
+    b.cpu.moe_experts(x_cpu, fids_cpu, fwts_cpu, folded_cpu, /*accumulate=*/false, folded_want);
+    Tensor folded_got = b.cuda.allocate(act, {tokens, hidden});
+    b.cuda.moe_experts(x_cuda, fids_cuda, fwts_cuda, folded_cuda, /*accumulate=*/false, folded_got);
+    b.expect_close("moe_experts folded", folded_got, folded_want);
   }
   b.cuda.end_step();
   b.cpu.end_step();

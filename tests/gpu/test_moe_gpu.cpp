@@ -4,12 +4,12 @@
 // V2-Lite (64 experts, top-6, softmax, greedy), V2 (160 experts, group_limited_greedy) and V3 (256
 // experts, 8 groups / best 4, sigmoid + bias, noaux_tc, renormalised, × 2.5) shapes, on continuous
 // logits and on logits from 8 values (ties everywhere, ties between groups), with NaN in the row
-// padding. Experts: against ref::moe_experts for 1, 5, 64, 300 tokens, the V2-Lite shape and odd
-// shapes (k and n tails), experts with zero rows (their weights are NaN: never read), all pairs on
-// one expert, dropped ids, padded x/out strides (NaN / sentinels in the padding), fp32 and bf16
-// out, accumulate on and off; the device plan equals ref::moe_permutation; reruns are
-// bit-identical, a token's output does not depend on its batch, and route + experts replay in a
-// CUDA graph with new inputs.
+// padding; with appended (folded shared) experts after the routed pairs. Experts: against
+// ref::moe_experts for 1, 5, 64, 300 tokens, the V2-Lite shape and odd shapes (k and n tails),
+// experts with zero rows (their weights are NaN: never read), all pairs on one expert, dropped ids,
+// padded x/out strides (NaN / sentinels in the padding), fp32 and bf16 out, accumulate on and off;
+// the device plan equals ref::moe_permutation; reruns are bit-identical, a token's output does not
+// depend on its batch, and route + experts replay in a CUDA graph with new inputs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/dtypes.h"
+#include "core/error.h"
 #include "cuda/device.h"
 #include "gpu_test_support.h"
 #include "mla/kernels/fill.h"
@@ -53,6 +54,7 @@ ref::MoeRoutingParams to_ref(const MoeRouteParams& p) {
   r.normalize = p.normalize;
   r.routed_scaling_factor = p.routed_scaling_factor;
   r.scale_when_normalized = p.scale_when_normalized;
+  r.appended_experts = p.appended_experts;
   return r;
 }
 
@@ -77,20 +79,21 @@ RouteResult check_route(const MoeRouteParams& p, const std::vector<float>& logit
   cuda::DeviceBuffer<float> d_logits(logits.size()), d_bias(bias.size());
   d_logits.copy_from_host(logits);
   if (!bias.empty()) d_bias.copy_from_host(bias);
-  cuda::DeviceBuffer<int32_t> d_ids(tokens * p.top_k);
-  cuda::DeviceBuffer<float> d_weights(tokens * p.top_k);
+  const int pairs = p.top_k + p.appended_experts;
+  cuda::DeviceBuffer<int32_t> d_ids(tokens * pairs);
+  cuda::DeviceBuffer<float> d_weights(tokens * pairs);
   kernels::launch_moe_route(d_logits.data(), stride, bias.empty() ? nullptr : d_bias.data(), tokens,
                             p, d_ids.data(), d_weights.data(), nullptr);
   RouteResult got{d_ids.to_host(), d_weights.to_host()};
-  std::vector<int32_t> want_ids(p.top_k);
-  std::vector<float> want_weights(p.top_k);
+  std::vector<int32_t> want_ids(pairs);
+  std::vector<float> want_weights(pairs);
   int reported = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     ref::route_experts(&logits[t * stride], bias.empty() ? nullptr : bias.data(), to_ref(p),
                        want_ids.data(), want_weights.data());
-    for (int i = 0; i < p.top_k; ++i) {
-      const int32_t id = got.ids[t * p.top_k + i];
-      const float w = got.weights[t * p.top_k + i];
+    for (int i = 0; i < pairs; ++i) {
+      const int32_t id = got.ids[t * pairs + i];
+      const float w = got.weights[t * pairs + i];
       const bool ok = id == want_ids[i] &&
                       std::fabs(double(w) - want_weights[i]) <= 1e-6 * std::fabs(want_weights[i]);
       if (!ok && reported++ < 5)
@@ -169,6 +172,51 @@ TEST(MoeRouteGpu, NormalisationAndScalingVariants) {
     const std::vector<float> logits(p.num_experts, 0.5f);
     const RouteResult got = check_route(p, logits, p.num_experts, {}, 1, "all equal");
     for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got.ids[i], i);
+  }
+}
+
+// The folded shared experts: appended_experts pairs after the routed ones (ids num_experts..,
+// weight exactly 1, as ref::route_experts), and the routed pairs bit-identical to a route without
+// them; up to top_k + appended_experts = 32 (every lane writes a pair).
+TEST(MoeRouteGpu, AppendedExpertsFollowTheRoutedPairs) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(5);
+  struct Case {
+    MoeRouteParams routing;
+    int appended;
+  };
+  MoeRouteParams wide = v2_lite_routing();
+  wide.top_k = 30;
+  for (const Case& c : {Case{v2_lite_routing(), 2}, Case{v2_routing(), 2}, Case{v3_routing(), 1},
+                        Case{v3_routing(), 3}, Case{wide, 2}}) {
+    for (bool ties : {false, true}) {
+      MoeRouteParams p = c.routing;
+      const int64_t tokens = 37;
+      const int64_t stride = p.num_experts + 5;
+      const std::vector<float> logits = random_logits(tokens, p.num_experts, stride, ties, rng);
+      std::vector<float> bias(p.num_experts);
+      std::normal_distribution<float> small(0.f, 0.05f);
+      for (float& b : bias) b = small(rng);
+      const std::string label = fmt::format("experts {} top_k {} appended {} ties {}",
+                                            p.num_experts, p.top_k, c.appended, ties);
+      const RouteResult routed = check_route(p, logits, stride, bias, tokens, label + " (none)");
+      p.appended_experts = c.appended;
+      const RouteResult folded = check_route(p, logits, stride, bias, tokens, label);
+      const int pairs = p.top_k + c.appended;
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int i = 0; i < p.top_k; ++i) {
+          EXPECT_EQ(folded.ids[t * pairs + i], routed.ids[t * p.top_k + i]) << label;
+          EXPECT_EQ(std::memcmp(&folded.weights[t * pairs + i], &routed.weights[t * p.top_k + i],
+                                sizeof(float)),
+                    0)
+              << label;
+        }
+        for (int j = 0; j < c.appended; ++j) {
+          EXPECT_EQ(folded.ids[t * pairs + p.top_k + j], p.num_experts + j) << label;
+          EXPECT_EQ(folded.weights[t * pairs + p.top_k + j], 1.0f) << label;
+        }
+      }
+    }
   }
 }
 

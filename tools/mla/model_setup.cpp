@@ -88,6 +88,9 @@ void add_model_source_options(CLI::App* command, ModelSourceOptions& options, bo
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   command->add_flag("--eager", options.eager, "No CUDA graphs: every step eagerly (debugging)");
+  command->add_flag("--unfold-shared-experts", options.unfold_shared_experts,
+                    "Run the MoE shared experts as their own MLP instead of inside the routed "
+                    "experts' grouped GEMM (A/B)");
 }
 
 ModelSource resolve_model_source(const ModelSourceOptions& options) {
@@ -135,6 +138,8 @@ LoadedModel load_model(const ModelSource& source, const ModelSourceOptions& opti
                        model::ModelOptions model_options, const char* who) {
   LoadedModel loaded;
   model_options.step_graphs = model_options.step_graphs && !options.eager;
+  model_options.fold_shared_experts =
+      model_options.fold_shared_experts && !options.unfold_shared_experts;
   if (options.backend == "cuda") {
 #if MLA_WITH_CUDA_BACKEND
     auto cuda = std::make_unique<model::CudaBackend>();

@@ -5,7 +5,8 @@
 //                       greedy, group_limited_greedy or noaux_tc choice; the correction bias only
 //                       picks experts, never weighs them; ties go to the lower expert id.
 //   launch_moe_experts: out[t] (+)= Σ_k w[t,k] · down_e(silu(gate_e x[t]) · up_e x[t]), e =
-//   id[t,k].
+//   id[t,k]. The shared experts can ride along as extra experts (ids num_experts.., appended by
+//   the router with weight 1): their rows are summed with the routed ones in fp32.
 //
 // launch_moe_experts runs, all on the device and all capturable in a CUDA graph (no host sync,
 // grids fixed by the shape): a plan kernel (count pairs per expert, exclusive scan, stable scatter
@@ -43,11 +44,16 @@ struct MoeRouteParams {
   bool normalize = false;              // norm_topk_prob
   float routed_scaling_factor = 1.0f;  // routed_scaling_factor
   bool scale_when_normalized = true;   // V3: true; V2's reference: false
+  // Always-on pairs after the top_k routed ones (the shared experts folded into
+  // launch_moe_experts): ids num_experts + j, weight exactly 1 (not renormalised, not scaled);
+  // 0..32 − top_k.
+  int appended_experts = 0;
 };
 
 // router_logits [tokens, num_experts] fp32 (row stride logits_row_stride elements), bias
-// [num_experts] fp32 or null (read only by noaux_tc) → expert_ids [tokens, top_k] int32 (best
-// first), expert_weights [tokens, top_k] fp32. One warp per token.
+// [num_experts] fp32 or null (read only by noaux_tc) → expert_ids [tokens, pairs] int32 (the
+// routed ones best first, then the appended ones), expert_weights [tokens, pairs] fp32, pairs =
+// top_k + appended_experts. One warp per token.
 void check_moe_route_args(const float* router_logits, int64_t logits_row_stride, int64_t tokens,
                           const MoeRouteParams& params, const int32_t* expert_ids,
                           const float* expert_weights);
