@@ -21,7 +21,7 @@ fi
 timeout -k 10 400 ncu --clock-control none --profile-from-start off \
   --metrics gpu__time_duration.sum --csv --print-units base --log-file build-gpu/ncu-step.csv \
   build-gpu/mla bench step --model-preset deepseek-v2-lite --load-format dummy --batch "$batch" \
-  --context "$context" --profile --runs 5 >build-gpu/ncu-step-bench.txt 2>&1
+  --context "$context" --profile --runs 20 >build-gpu/ncu-step-bench.txt 2>&1
 status=$?
 {
   python3 scripts/gpu/summarize_kernels.py build-gpu/ncu-step.csv
