@@ -18,8 +18,8 @@ inline constexpr int kDimV = kHeadDimV;
 inline constexpr int kPageTokens = kPageSize;
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kStages = 2;                           // pages in shared memory at once
-inline constexpr int kChunkElems = 8;                       // bf16 per 16-byte chunk
+inline constexpr int kStages = 2;      // pages in shared memory at once (wgmma bodies)
+inline constexpr int kChunkElems = 8;  // bf16 per 16-byte chunk
 inline constexpr int kChunksQK = kDimQK / kChunkElems;      // 72 chunks per q / kv row
 inline constexpr int kChunksP = kPageTokens / kChunkElems;  // 8 chunks per P row
 inline constexpr int kColsPerWarpO = kDimV / kWarps;        // 64 output columns per warp
@@ -56,20 +56,21 @@ struct TileConfig {
   static_assert(kRowGroups * kTokenGroups == kWarps);
 };
 
-// Shared memory of one CTA, in bytes (one struct, offsets in declaration order).
+// Shared memory of one CTA of the mma.sync body, in bytes (one struct, offsets in declaration
+// order). Its queries live in registers (staged through a free page stage once per piece), which
+// leaves room for a third page stage.
+inline constexpr int kMmaStages = 3;
 template <int kRowsPerTile>
 struct SharedStorage {
-  uint16_t q[kRowsPerTile * kDimQK];           // swizzled [rows][576] bf16
-  uint16_t kv[kStages][kPageTokens * kDimQK];  // per stage: 9 swizzled blocks [64][64] bf16
-  uint16_t p[kRowsPerTile * kPageTokens];      // swizzled [rows][64] bf16 probabilities
+  uint16_t kv[kMmaStages][kPageTokens * kDimQK];  // per stage: 9 swizzled blocks [64][64] bf16
+  uint16_t p[kRowsPerTile * kPageTokens];         // swizzled [rows][64] bf16 probabilities
   float row_partial[TileConfig<kRowsPerTile>::kTokenGroups][kRowsPerTile];  // maxima, then sums
-  float row_alpha[kRowsPerTile];           // rescale of O for this page
-  float row_max[kRowsPerTile];             // final running max (base-2 scaled)
-  alignas(8) uint64_t page_full[kStages];  // TMA completion, one barrier per stage
+  float row_alpha[kRowsPerTile];              // rescale of O for this page
+  float row_max[kRowsPerTile];                // final running max (base-2 scaled)
+  alignas(8) uint64_t page_full[kMmaStages];  // TMA completion, one barrier per stage
 };
-static_assert(sizeof(SharedStorage<64>) <= 227 * 1024, "must fit the sm_90 opt-in limit");
+static_assert(sizeof(SharedStorage<16>) <= 227 * 1024, "must fit the sm_90 opt-in limit");
 inline constexpr int kPageBytes = kPageTokens * kDimQK * 2;  // 73,728
 inline constexpr int kColumnBlockBytes = kPageTokens * 128;  // 64 rows × 64 columns bf16
-static_assert(sizeof(SharedStorage<16>::q) % 1024 == 0, "kv stages must stay 1024-byte aligned");
 
 }  // namespace mla::kernels::decode

@@ -1,7 +1,9 @@
-// The two-stage TMA page pipeline shared by the decode bodies: thread 0 issues each 64-token
-// page as 9 boxes of 64 × 64 (128-byte swizzle, L2 evict-first) completing on the stage's mbarrier;
-// every thread waits on that barrier's phase. A CTA counts the pages it has consumed across its
-// pieces; the count selects the stage (count mod 2) and the phase parity (count / 2 mod 2).
+// The TMA page pipeline shared by the decode bodies (two stages for the wgmma bodies, three for
+// the mma.sync body): thread 0 issues each 64-token page as 9 boxes of 64 × 64 (128-byte swizzle,
+// L2 evict-first) completing on the stage's mbarrier; every thread waits on that barrier's phase.
+// A CTA counts the pages it has consumed across its pieces; the count selects the stage (count mod
+// stages) and the phase parity (count / stages mod 2). PartPageStream lets thread 0 issue pages
+// ahead across piece boundaries: the n-th page it issues is the n-th the CTA consumes.
 //
 // TMA copies whole pages, so on a sequence's last page the rows past its end hold whatever the
 // cache holds there (NaN in the tests): zero_page_tail() clears them before any read, since
@@ -47,11 +49,37 @@ __device__ __forceinline__ void zero_page_tail(uint8_t* stage_bytes, int tokens_
   wgmma::fence_proxy_async_shared();  // order the zeros before wgmma reads and later TMA writes
 }
 
+// The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
+// look-ahead for PageTmaPipeline::issue_next).
+struct PartPageStream {
+  PartPieceCursor cursor;
+  int seq = 0;
+  int page = 0;      // the next page of the current piece
+  int page_end = 0;  // the current piece's end (0 before the first piece)
+
+  __device__ __forceinline__ explicit PartPageStream(const PartPieceCursor& part) : cursor(part) {}
+
+  __device__ __forceinline__ bool next(int* next_seq, int* next_page) {
+    if (page >= page_end) {
+      DecodePiece piece;
+      if (!cursor.next(&piece)) return false;
+      seq = piece.seq;
+      page = piece.page_begin;
+      page_end = piece.page_end;
+    }
+    *next_seq = seq;
+    *next_page = page++;
+    return true;
+  }
+};
+
+template <int kNumStages = kStages>
 struct PageTmaPipeline {
-  uint32_t stages_smem = 0;  // stage 0 (1024-byte aligned); stage s at + s · kPageBytes
-  uint32_t barriers = 0;     // the mbarrier of stage 0; stage s at + 8 s
-  uint64_t l2_policy = 0;    // thread 0 only
-  uint32_t pages_done = 0;   // pages this CTA has consumed
+  uint32_t stages_smem = 0;   // stage 0 (1024-byte aligned); stage s at + s · kPageBytes
+  uint32_t barriers = 0;      // the mbarrier of stage 0; stage s at + 8 s
+  uint64_t l2_policy = 0;     // thread 0 only
+  uint32_t pages_done = 0;    // pages this CTA has consumed
+  uint32_t pages_issued = 0;  // pages thread 0 has issued (issue_next only)
 
   // Thread 0 initialises the barriers; the caller then __syncthreads().
   __device__ __forceinline__ void init(int tid, uint32_t stages, uint32_t first_barrier) {
@@ -59,13 +87,13 @@ struct PageTmaPipeline {
     barriers = first_barrier;
     if (tid == 0) {
       if ((stages_smem & 1023) != 0) __trap();  // the 128-byte swizzle needs 1024-byte alignment
-      for (int stage = 0; stage < kStages; ++stage) tma::barrier_init(barriers + stage * 8, 1);
+      for (int stage = 0; stage < kNumStages; ++stage) tma::barrier_init(barriers + stage * 8, 1);
       tma::fence_barrier_init();
       l2_policy = tma::evict_first_policy();
     }
   }
 
-  __device__ __forceinline__ int stage() const { return static_cast<int>(pages_done & 1); }
+  __device__ __forceinline__ int stage() const { return static_cast<int>(pages_done % kNumStages); }
   __device__ __forceinline__ uint32_t stage_smem(int stage) const {
     return stages_smem + stage * kPageBytes;
   }
@@ -74,15 +102,26 @@ struct PageTmaPipeline {
   // after the current one.
   __device__ __forceinline__ void issue(const DecodeKernelArgs& args, int seq, int page,
                                         int kv_head, int ahead) const {
-    const uint32_t stage = (pages_done + ahead) & 1;
+    const uint32_t stage = (pages_done + ahead) % kNumStages;
     issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head, l2_policy);
+  }
+
+  // Thread 0: the stream's next page (if any) into stage pages_issued mod kNumStages. Only for a
+  // pipeline fed by issue_next alone, so that issue order is consumption order.
+  __device__ __forceinline__ void issue_next(const DecodeKernelArgs& args, PartPageStream& stream,
+                                             int kv_head) {
+    int seq, page;
+    if (!stream.next(&seq, &page)) return;
+    const uint32_t stage = pages_issued % kNumStages;
+    issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head, l2_policy);
+    ++pages_issued;
   }
 
   // Everyone: wait for the current page, then clear its rows past the sequence's end (the caller
   // then __syncthreads() before reading it).
   __device__ __forceinline__ void wait_current(int tid, uint8_t* stage_bytes,
                                                int tokens_valid) const {
-    tma::wait_parity(barriers + stage() * 8, (pages_done >> 1) & 1);
+    tma::wait_parity(barriers + stage() * 8, (pages_done / kNumStages) & 1);
     if (tokens_valid >= kPageTokens) return;
     zero_page_tail(stage_bytes, tokens_valid, tid, kThreads);
   }

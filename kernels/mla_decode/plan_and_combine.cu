@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   using BlockScan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int carry;
+  __shared__ int max_seq_cost;
   int32_t* header = args.plan;
   int32_t* cost_begin = header + kDecodePlanHeaderInts;
   int32_t* split_begin = cost_begin + args.batch + 1;
@@ -47,12 +48,16 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
     args.combine_counters[i] = 0;
 
-  // Pass 1: exclusive prefix of sequence costs.
-  if (tid == 0) carry = 0;
+  // Pass 1: exclusive prefix of sequence costs, and the largest.
+  if (tid == 0) {
+    carry = 0;
+    max_seq_cost = 0;
+  }
   __syncthreads();
   for (int base = 0; base < args.batch; base += kPlanThreads) {
     const int seq = base + tid;
     const int cost = seq < args.batch ? seq_cost(pages_of_seq(args, seq)) : 0;
+    if (cost > 0) atomicMax(&max_seq_cost, cost);
     int prefix, chunk_total;
     BlockScan(scan_storage).ExclusiveSum(cost, prefix, chunk_total);
     if (seq < args.batch) cost_begin[seq] = carry + prefix;
@@ -61,7 +66,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
   }
   const int total_cost = carry;
-  const int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part);
+  const int per_part =
+      cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
   __syncthreads();
 
   // Pass 2: exclusive prefix of splits per sequence.

@@ -12,11 +12,13 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
   int32_t* split_begin = cost_begin + batch + 1;
   int32_t* part_first_seq = split_begin + batch + 1;
   std::vector<int> pages(batch);
+  int max_seq_cost = 0;
   for (int seq = 0; seq < batch; ++seq) {
     pages[seq] = num_pages_of(clamp_seqlen(seqlens[seq], max_pages_per_seq));
     cost_begin[seq + 1] = cost_begin[seq] + seq_cost(pages[seq]);
+    max_seq_cost = std::max(max_seq_cost, seq_cost(pages[seq]));
   }
-  const int per_part = cost_per_part(cost_begin[batch], num_parts, min_cost_per_part);
+  const int per_part = cost_per_part(cost_begin[batch], num_parts, min_cost_per_part, max_seq_cost);
   for (int seq = 0; seq < batch; ++seq)
     split_begin[seq + 1] = split_begin[seq] + num_splits_of(cost_begin[seq], pages[seq], per_part);
   for (int part = 0; part < num_parts; ++part) {

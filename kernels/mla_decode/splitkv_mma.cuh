@@ -1,8 +1,16 @@
 // The mma.sync MLA decode kernel for tiles of 16 query rows: split-KV over the plan's pieces, a
-// two-stage TMA page pipeline (page_tma.cuh), ldmatrix + mma.sync m16n8k16. Included only by
+// three-stage TMA page pipeline (page_tma.cuh) fed two pages ahead across piece boundaries,
+// queries held in registers, ldmatrix + mma.sync m16n8k16. Included only by
 // instantiations/rows16.cu.
 //
 // Layout of work and shared memory: see config.h. The subtle parts:
+// - The queries (16 rows × 576) are the A fragments of all 36 k-steps of S, 144 registers per
+//   thread, loaded once per piece: cp.async into the page stage that the piece's third page will
+//   use (free then: its last page was the previous piece's, already consumed), ldmatrix into
+//   registers, and a proxy fence before thread 0 hands that stage to TMA again.
+// - Thread 0 issues the page consumed two after the current one as soon as every thread has
+//   passed the current page's barrier (so the stage of the page before is free), whichever piece
+//   it belongs to: two pages stay in flight through every page's compute and across pieces.
 // - Tokens past a sequence's end never reach P·V as garbage (0 · NaN would be NaN even with
 //   P = 0): their rows are zeroed in shared memory after the copy (page_tma.cuh).
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
@@ -21,6 +29,7 @@
 #include "mla_decode/kernel_args.h"
 #include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_loader.cuh"
+#include "common/wgmma.cuh"
 
 namespace mla::kernels::decode {
 
@@ -62,31 +71,48 @@ __global__ void __launch_bounds__(kThreads, 1)
   // O phase: all rows × output columns [o_col0, +64).
   const int o_col0 = warp * kColsPerWarpO;
 
-  const uint32_t q_smem = ptx::smem_address(smem.q);
   const uint32_t p_smem = ptx::smem_address(smem.p);
   const uint32_t kv_smem0 = ptx::smem_address(smem.kv[0]);
   constexpr uint32_t kStageBytes = sizeof(smem.kv[0]);
+  static_assert(kStageBytes == kPageBytes && kMS == 1, "one m16 tile of queries per warp");
   uint8_t* p_bytes = reinterpret_cast<uint8_t*>(smem.p);
 
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+  PartPageStream prefetch(cursor);  // thread 0's look-ahead: the same pages, issued ahead
 
-  PageTmaPipeline pipeline;
+  PageTmaPipeline<kMmaStages> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
+  if (tid == 0) {
+    for (int ahead = 0; ahead < kMmaStages - 1; ++ahead)
+      pipeline.issue_next(args, prefetch, kv_head);
+  }
   __syncthreads();
 
   DecodePiece piece;
   while (cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
-    // Queries of this tile → smem (rows past the kv head's last row are zero-filled).
+    // Queries of this tile → registers, through the stage the page after next will use (rows
+    // past the kv head's last row are zero-filled). That stage held the page before the current
+    // one, which everyone finished before the previous piece's epilogue barrier.
+    const uint32_t q_stage =
+        kv_smem0 + ((pipeline.pages_done + kMmaStages - 1) % kMmaStages) * kStageBytes;
     if (loader.row < kRowsPerTile)
-      loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
-
-    ptx::cp_async_commit();  // the queries
-    if (tid == 0) pipeline.issue(args, batch_index, piece.page_begin, kv_head, 0);
+      loader.copy_query_row(q_stage, args, batch_index, kv_head, tile_row0);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait_all();
+    __syncthreads();
+    uint32_t q_frag[kKSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      const int row = (lane & 7) + ((lane >> 3) & 1) * 8;
+      ptx::ldmatrix_x4(q_frag[kk], q_stage + swizzled_qk_chunk(row, 2 * kk + (lane >> 4)) * 16);
+    }
+    // The stage goes back to TMA (async proxy) after the page barrier below.
+    wgmma::fence_proxy_async_shared();
 
     // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
     float row_max_run[kMS][2];
@@ -112,12 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int page = piece.page_begin; page < piece.page_end; ++page) {
       const int stage = pipeline.stage();
-      ptx::cp_async_wait_all();  // the queries (a no-op after the first page)
       pipeline.wait_current(tid, reinterpret_cast<uint8_t*>(smem.kv[stage]),
                             piece.seqlen - page * kPageTokens);
-      __syncthreads();  // page visible to all; everyone is done with the other stage
-      if (tid == 0 && page + 1 < piece.page_end)
-        pipeline.issue(args, batch_index, page + 1, kv_head, 1);
+      __syncthreads();  // page visible to all; everyone is done with the page before it
+      if (tid == 0) pipeline.issue_next(args, prefetch, kv_head);  // two pages ahead
       ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
 
@@ -129,14 +153,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int ns = 0; ns < kNS; ++ns)
 #pragma unroll
           for (int i = 0; i < 4; ++i) s_acc[ms][ns][i] = 0.f;
-#pragma unroll 6
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        uint32_t a[kMS][4];
 #pragma unroll
-        for (int ms = 0; ms < kMS; ++ms) {
-          const int row = s_row0 + ms * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ptx::ldmatrix_x4(a[ms], q_smem + swizzled_qk_chunk(row, 2 * kk + (lane >> 4)) * 16);
-        }
+      for (int kk = 0; kk < kKSteps; ++kk) {
         uint32_t b[kNS][2];
         if constexpr (kNS == 2) {
           const int token = s_tok0 + (lane & 7) + (lane >> 4) * 8;
@@ -154,10 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           b[0][1] = r[1];
         }
 #pragma unroll
-        for (int ms = 0; ms < kMS; ++ms)
-#pragma unroll
-          for (int ns = 0; ns < kNS; ++ns)
-            ptx::mma_bf16_16816(s_acc[ms][ns], a[ms], b[ns][0], b[ns][1]);
+        for (int ns = 0; ns < kNS; ++ns)
+          ptx::mma_bf16_16816(s_acc[0][ns], q_frag[kk], b[ns][0], b[ns][1]);
       }
 
       // Scale to base 2, mask, and publish this warp's partial row maxima.

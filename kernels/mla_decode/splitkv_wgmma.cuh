@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
 
   const TileLoader<128, kColumnBlockBytes> loader(tid);
-  PageTmaPipeline pipeline;
+  PageTmaPipeline<2> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
   __syncthreads();
 

@@ -33,10 +33,12 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   std::vector<std::vector<int>> page_owner(batch);  // part covering each page, -1 = none
   std::vector<int> pages(batch);
   int total_cost = 0;
+  int max_seq_cost = 0;
   for (int b = 0; b < batch; ++b) {
     pages[b] = num_pages_of(clamp_seqlen(seqlens[b], max_pages_per_seq));
     page_owner[b].assign(pages[b], -1);
     total_cost += seq_cost(pages[b]);
+    max_seq_cost = std::max(max_seq_cost, seq_cost(pages[b]));
   }
   std::map<int, std::set<int>> splits_of_seq;
   std::set<int> all_splits;
@@ -81,9 +83,14 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   EXPECT_EQ(plan.total_splits(), result.total_pieces);
   // The workspace holds batch + num_parts partial results; a plan never needs more.
   EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
-  // Balance: no part costs more than its share plus one fixed overhead.
-  const int share = cost_per_part(total_cost, num_parts, min_cost_per_part);
+  // Balance: no part costs more than its share plus one fixed overhead, and the share is the
+  // balanced one or a whole multiple of the costliest sequence at most the slack above it.
+  const int share = cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost);
+  const int balanced = std::max({(total_cost + num_parts - 1) / num_parts, min_cost_per_part, 1});
   EXPECT_EQ(plan.cost_per_part(), share);
+  EXPECT_TRUE(share == balanced || (share % max_seq_cost == 0 && share > balanced &&
+                                    share <= balanced + kDecodeNoSplitSlackPages))
+      << "share " << share << ", balanced " << balanced << ", costliest sequence " << max_seq_cost;
   EXPECT_GE(share, std::max(min_cost_per_part, 1));
   EXPECT_LE(result.max_part_cost, share + kDecodeFixedCostPages);
   // A piece holds at least a part's worth of pages except at a sequence's two ends.
@@ -100,6 +107,32 @@ TEST(DecodePlan, UniformBatchSplitsEvenly) {
   const PlanCheck check = check_plan(seqlens, 132, 64);
   EXPECT_LE(check.max_part_cost,
             (128 * (64 + kDecodeFixedCostPages) + 131) / 132 + kDecodeFixedCostPages);
+}
+
+// Equal lengths whose balanced share is just below a whole number of sequences per part: whole
+// sequences, no splits (nothing for the combine to merge); far below it: the balanced share.
+TEST(DecodePlan, EqualLengthsNearTheSmCountAreNotSplit) {
+  struct Case {
+    int batch, seqlen, num_parts, expected_share;
+    bool whole;
+  };
+  const int f = kDecodeFixedCostPages;
+  for (const Case& c :
+       {Case{128, 4096, 132, 64 + f, true}, Case{128, 2048, 132, 32 + f, true},
+        Case{256, 2048, 132, 2 * (32 + f), true}, Case{132, 4096, 132, 64 + f, true},
+        Case{128, 32768, 132, (128 * (512 + f) + 131) / 132, false},
+        Case{64, 4096, 132, (64 * (64 + f) + 131) / 132, false}}) {
+    SCOPED_TRACE(testing::Message() << "batch " << c.batch << ", seqlen " << c.seqlen);
+    const std::vector<int32_t> seqlens(c.batch, c.seqlen);
+    const PlanCheck check = check_plan(seqlens, c.num_parts, 1024);
+    const std::vector<int32_t> data =
+        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024);
+    EXPECT_EQ(DecodePlanView(data.data(), c.batch, c.num_parts).cost_per_part(), c.expected_share);
+    if (c.whole)
+      EXPECT_EQ(check.total_pieces, c.batch);
+    else
+      EXPECT_GT(check.total_pieces, c.batch);
+  }
 }
 
 TEST(DecodePlan, SingleLongSequenceIsSplitAcrossAllParts) {

@@ -6,7 +6,8 @@
 //
 // Cost model: a sequence of n pages costs n + kDecodeFixedCostPages units (the fixed part pays for
 // loading the queries and writing the output). Sequences are laid end to end on one axis of cost
-// units; part p owns units [p·C, (p+1)·C) with C = ceil(total / num_parts). Page j of sequence i
+// units; part p owns units [p·C, (p+1)·C) with C = ceil(total / num_parts) (or a little more, see
+// cost_per_part). Page j of sequence i
 // sits at unit cost_begin[i] + kDecodeFixedCostPages + j, so every page belongs to exactly one
 // part, a part costs at most C + kDecodeFixedCostPages, and a part boundary can split a sequence:
 // its pieces are merged by log-sum-exp in the combine step. Every function here is pure and shared
@@ -21,10 +22,11 @@
 
 namespace mla::kernels {
 
-inline constexpr int kPageSize = 64;             // tokens per cache page
-inline constexpr int kHeadDimQK = 576;           // kv_lora_rank 512 + qk_rope_head_dim 64
-inline constexpr int kHeadDimV = 512;            // kv_lora_rank
-inline constexpr int kDecodeFixedCostPages = 5;  // per-piece overhead, in pages of work
+inline constexpr int kPageSize = 64;                // tokens per cache page
+inline constexpr int kHeadDimQK = 576;              // kv_lora_rank 512 + qk_rope_head_dim 64
+inline constexpr int kHeadDimV = 512;               // kv_lora_rank
+inline constexpr int kDecodeFixedCostPages = 5;     // per-piece overhead, in pages of work
+inline constexpr int kDecodeNoSplitSlackPages = 4;  // cost_per_part: a whole-sequence share's limit
 inline constexpr int kDecodePlanHeaderInts = 4;  // [cost_per_part, total_splits, batch, num_parts]
 
 // The grid of the decode kernel, a function of the shape alone.
@@ -62,12 +64,25 @@ MLA_HOST_DEVICE int seq_cost(int num_pages) {
   return num_pages > 0 ? num_pages + kDecodeFixedCostPages : 0;
 }
 
-// C = ceil(total / num_parts), at least 1 and at least min_cost_per_part (a larger C makes fewer,
-// longer pieces and leaves the last parts empty; 0 keeps the balanced plan).
-MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts, int min_cost_per_part = 0) {
+// Balanced share: ceil(total / num_parts), at least 1 and at least min_cost_per_part (a larger C
+// makes fewer, longer pieces and leaves the last parts empty; 0 keeps the balanced plan).
+MLA_HOST_DEVICE int balanced_cost_per_part(int total_cost, int num_parts,
+                                           int min_cost_per_part = 0) {
   const int per_part = (total_cost + num_parts - 1) / num_parts;
   const int lowest = min_cost_per_part > 1 ? min_cost_per_part : 1;
   return per_part > lowest ? per_part : lowest;
+}
+
+// C: the balanced share, or the smallest multiple of the costliest sequence's cost at or above it
+// when that is at most kDecodeNoSplitSlackPages more. With equal lengths that multiple puts whole
+// sequences in every part, so nothing splits and the combine has nothing to merge (b = 128 at
+// 4k on 132 SMs: C = 69 instead of 67); a part still costs at most C + kDecodeFixedCostPages.
+MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts, int min_cost_per_part = 0,
+                                  int max_seq_cost = 0) {
+  const int balanced = balanced_cost_per_part(total_cost, num_parts, min_cost_per_part);
+  if (max_seq_cost <= 0) return balanced;
+  const int whole = (balanced + max_seq_cost - 1) / max_seq_cost * max_seq_cost;
+  return whole <= balanced + kDecodeNoSplitSlackPages ? whole : balanced;
 }
 
 // Cost unit of page 0 of a sequence that starts at cost_begin.
