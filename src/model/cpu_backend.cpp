@@ -195,18 +195,23 @@ void CpuBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows, 
   }
 }
 
-void CpuBackend::rope(Tensor& x, const RopeTable& rope) {
+void CpuBackend::rope(const Tensor& x, const RopeTable& rope, int64_t first_token, Tensor& out) {
   const StepPlan& step = plan();
   MLA_CHECK(x.rank == 2 || x.rank == 3);
-  check_innermost_contiguous(x, "rope");
-  MLA_CHECK_EQ(x.shape[0], step.num_tokens);
+  check_same_shape(x, out, "rope");
+  check_innermost_contiguous(x, "rope x");
+  check_innermost_contiguous(out, "rope out");
+  MLA_CHECK(first_token >= 0 && first_token + x.shape[0] <= step.num_tokens);
   const int64_t rotary_dim = x.shape[x.rank - 1];
   MLA_CHECK_EQ(rotary_dim, 2 * static_cast<int64_t>(rope.inv_freq.size()));
-  const int64_t heads = x.rank == 3 ? x.shape[1] : 1;
-  const int64_t head_stride = x.rank == 3 ? x.stride[1] : 0;
-  ref::apply_rope(x.as<float>(), x.shape[0], x.stride[0], heads, head_stride,
-                  static_cast<int>(rotary_dim), step.positions.data(), rope.inv_freq.data(),
-                  rope.cos_sin_scale);
+  // Out of place is a copy, then the in-place twin on out: the same arithmetic either way.
+  MLA_CHECK(out.data != x.data || out.stride == x.stride);  // in place only as the same view
+  if (out.data != x.data) copy(x, out);
+  const int64_t heads = out.rank == 3 ? out.shape[1] : 1;
+  const int64_t head_stride = out.rank == 3 ? out.stride[1] : 0;
+  ref::apply_rope(out.as<float>(), out.shape[0], out.stride[0], heads, head_stride,
+                  static_cast<int>(rotary_dim), step.positions.data() + first_token,
+                  rope.inv_freq.data(), rope.cos_sin_scale);
 }
 
 void CpuBackend::write_latent_cache(const Tensor& latent, Tensor& cache) {

@@ -41,8 +41,13 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
     backend_.linear(x, layer.q_proj, q);
   }
   Tensor q_heads = q.reshape({tokens, heads, qk_head_dim});
+  // RoPE of q_pe: the prefill rows' in place (their attention reads q_heads); the decode rows'
+  // go straight into the absorbed query below (rows [0, num_decode) of the step's positions).
   Tensor q_pe = q_heads.slice(2, nope, rope);
-  backend_.rope(q_pe, rope_);
+  if (num_prefill > 0) {
+    Tensor q_pe_prefill = q_pe.slice(0, num_decode, num_prefill);
+    backend_.rope(q_pe_prefill, rope_, num_decode, q_pe_prefill);
+  }
 
   // The latent of every token: [kv_c after kv_a_layernorm | k_pe after RoPE], written to the cache.
   Tensor kv_a = backend_.allocate(act, {tokens, latent_dim});
@@ -57,7 +62,7 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
     backend_.head_matmul(q_heads.slice(0, 0, num_decode).slice(2, 0, nope), layer.w_uk, false,
                          q_latent);
     Tensor q_absorbed_pe = q_absorbed.slice(2, kv_lora_rank, rope);
-    backend_.copy(q_pe.slice(0, 0, num_decode), q_absorbed_pe);
+    backend_.rope(q_pe.slice(0, 0, num_decode), rope_, 0, q_absorbed_pe);
     Tensor out_latent = backend_.allocate(act, {num_decode, heads, kv_lora_rank});
     Tensor lse = backend_.allocate(DType::kF32, {num_decode, heads});
     backend_.mla_decode(q_absorbed, cache, static_cast<int>(kv_lora_rank), softmax_scale_,

@@ -234,6 +234,33 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
     b.cuda.rope(pe_cuda, rope_table);
     b.expect_close("rope", q_cuda, q_cpu);
   }
+  {  // rope as the MLA layer runs it: q_pe a view of the fused projection's wider rows; the
+     // decode rows out of place into the absorbed query's pe slice, the prefill rows in place
+     // from row `decode` of the step (their positions)
+    const int64_t row = heads * 192 + latent;
+    auto [q_cpu0, q_cuda0] = b.input2("fused", tokens, row, 1.0f);
+    Tensor q_cpu = step_input(b.cpu, q_cpu0, DType::kF32);
+    Tensor q_cuda = step_input(b.cuda, q_cuda0, act);
+    auto q_pe = [&](const Tensor& q) {
+      return q.slice(1, 0, heads * 192).unflatten(1, heads, 192).slice(2, 128, rope);
+    };
+    Tensor pe_cpu = q_pe(q_cpu), pe_cuda = q_pe(q_cuda);
+    Tensor prefill_cpu = pe_cpu.slice(0, decode, prefill);
+    Tensor prefill_cuda = pe_cuda.slice(0, decode, prefill);
+    b.cpu.rope(prefill_cpu, rope_table, decode, prefill_cpu);
+    b.cuda.rope(prefill_cuda, rope_table, decode, prefill_cuda);
+    b.expect_close("rope prefill rows", q_cuda, q_cpu);
+    Tensor absorbed_cpu = b.cpu.allocate(DType::kF32, {decode, heads, latent});
+    Tensor absorbed_cuda = b.cuda.allocate(act, {decode, heads, latent});
+    b.cpu.fill(absorbed_cpu, 0.5f);
+    b.cuda.fill(absorbed_cuda, 0.5f);
+    Tensor absorbed_pe_cpu = absorbed_cpu.slice(2, rank, rope);
+    Tensor absorbed_pe_cuda = absorbed_cuda.slice(2, rank, rope);
+    b.cpu.rope(pe_cpu.slice(0, 0, decode), rope_table, 0, absorbed_pe_cpu);
+    b.cuda.rope(pe_cuda.slice(0, 0, decode), rope_table, 0, absorbed_pe_cuda);
+    b.expect_close("rope into q_absorbed", absorbed_cuda, absorbed_cpu);
+    b.expect_close("rope source unchanged", q_cuda, q_cpu);
+  }
   {  // the decode op over the cache, for the decode rows
     auto [q_cpu0, q_cuda0] = b.input3("qabs", decode, heads, latent, 1.0f);
     Tensor want = b.cpu.allocate(DType::kF32, {decode, heads, rank});
