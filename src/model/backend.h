@@ -79,6 +79,11 @@ class Backend {
   // Empties `weight`; when that was the last reference to its memory, the memory is freed and no
   // longer counted as weight memory (a weight the model repacked and no longer needs).
   virtual void release_weight(Tensor& weight) { weight = Tensor{}; }
+  // A weight stacked from `parts` along the rows: a new long-lived contiguous [Σ rows_i, cols]
+  // tensor holding parts[0]'s rows, then parts[1]'s, ... (each a [rows_i, cols] weight or view
+  // of one, all of one dtype and cols), counted as weight memory. The model fuses the
+  // projections that read the same input into one GEMM with it.
+  virtual Tensor concat_weight_rows(std::span<const Tensor> parts) = 0;
   virtual void fill(Tensor& dst, float value) = 0;
   // Copies a tensor (any strides) to host memory, densely, in row-major order.
   virtual void copy_to_host(const Tensor& src, float* dst) = 0;

@@ -305,6 +305,26 @@ Tensor CudaBackend::repack_weight(const Tensor& src) {
   return tensor;
 }
 
+Tensor CudaBackend::concat_weight_rows(std::span<const Tensor> parts) {
+  MLA_CHECK(!parts.empty());
+  const int64_t cols = parts[0].shape[1];
+  int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    MLA_CHECK(part.rank == 2 && part.dtype == parts[0].dtype);
+    MLA_CHECK_EQ(part.shape[1], cols);
+    rows += part.shape[0];
+  }
+  Tensor tensor = owned_tensor(parts[0].dtype, {rows, cols});
+  int64_t row = 0;
+  for (const Tensor& part : parts) {
+    Tensor block = tensor.slice(0, row, part.shape[0]);
+    copy(part, block);
+    row += part.shape[0];
+  }
+  stats_.weight_bytes += static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype);
+  return tensor;
+}
+
 void CudaBackend::release_weight(Tensor& weight) {
   if (weight.storage.use_count() == 1) {
     // A repack may still be reading it on the stream.

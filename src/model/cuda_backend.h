@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
                        float stddev) override;
   Tensor repack_weight(const Tensor& src) override;
   void release_weight(Tensor& weight) override;
+  Tensor concat_weight_rows(std::span<const Tensor> parts) override;
   void fill(Tensor& dst, float value) override;
   void copy_to_host(const Tensor& src, float* dst) override;
   void begin_step(const StepPlan& plan) override;
