@@ -214,16 +214,48 @@ void launch_rope(void* x, ScalarType type, int64_t tokens, int64_t token_stride,
           fmt::format("rotary_dim must be even and in [2, {}], got {}", ops::kMaxRotaryDim,
                       rotary_dim));
   if (tokens == 0 || heads == 0) return;
-  check_pointer(op, "x", x, scalar_type_size(type));
-  check_pointer(op, "positions", positions, 4);
-  check_pointer(op, "inv_freq", inv_freq, 4);
   require(heads == 1 || head_stride >= rotary_dim, op,
           fmt::format("head_stride must be >= rotary_dim ({}), got {}", rotary_dim, head_stride));
   require(tokens == 1 || token_stride >= (heads - 1) * head_stride + rotary_dim, op,
           fmt::format("token_stride must be >= (heads - 1) · head_stride + rotary_dim = {}, got {}",
                       (heads - 1) * head_stride + rotary_dim, token_stride));
-  ops::launch_rope_kernel(x, type, tokens, token_stride, heads, head_stride, rotary_dim, positions,
-                          inv_freq, cos_sin_scale, stream);
+  const Strided3D view{x, type, token_stride, head_stride};
+  launch_rope(view, view, tokens, heads, rotary_dim, positions, inv_freq, cos_sin_scale, stream);
+}
+
+void launch_rope(Strided3D x, Strided3D out, int64_t tokens, int64_t heads, int rotary_dim,
+                 const int32_t* positions, const float* inv_freq, float cos_sin_scale,
+                 cudaStream_t stream) {
+  constexpr const char* op = "launch_rope";
+  check_type(op, "x", x.type);
+  check_type(op, "out", out.type);
+  check_count(op, "tokens", tokens);
+  check_count(op, "heads", heads);
+  require(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= ops::kMaxRotaryDim, op,
+          fmt::format("rotary_dim must be even and in [2, {}], got {}", ops::kMaxRotaryDim,
+                      rotary_dim));
+  if (tokens == 0 || heads == 0) return;
+  check_pointer(op, "x.data", x.data, scalar_type_size(x.type));
+  check_pointer(op, "out.data", out.data, scalar_type_size(out.type));
+  check_pointer(op, "positions", positions, 4);
+  check_pointer(op, "inv_freq", inv_freq, 4);
+  require(x.stride0 >= 0 && x.stride1 >= 0, op,
+          fmt::format("x strides must be >= 0, got {} and {}", x.stride0, x.stride1));
+  // out's heads and tokens must not overlap: each stride covers everything inside it.
+  require(heads == 1 || out.stride1 >= rotary_dim, op,
+          fmt::format("out.stride1 must be >= rotary_dim ({}), got {}", rotary_dim, out.stride1));
+  require(tokens == 1 || out.stride0 >= (heads - 1) * out.stride1 + rotary_dim, op,
+          fmt::format("out.stride0 must be >= (heads - 1) · stride1 + rotary_dim = {}, got {}",
+                      (heads - 1) * out.stride1 + rotary_dim, out.stride0));
+  require(out.data != x.data ||
+              (out.type == x.type && out.stride0 == x.stride0 && out.stride1 == x.stride1),
+          op,
+          fmt::format("out aliases x but differs in type ({} vs {}) or strides ({}, {} vs {}, {}); "
+                      "in place needs the same view",
+                      to_string(out.type), to_string(x.type), out.stride0, out.stride1, x.stride0,
+                      x.stride1));
+  ops::launch_rope_kernel(x, out, tokens, heads, rotary_dim, positions, inv_freq, cos_sin_scale,
+                          stream);
 }
 
 void launch_latent_cache_write(const LatentCacheWriteParams& p, cudaStream_t stream) {

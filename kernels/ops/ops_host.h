@@ -54,10 +54,9 @@ void launch_copy_kernel(const Strided3D& src, const Strided3D& dst, int64_t d0, 
                         int64_t d2, bool vec, cudaStream_t stream);
 void launch_gather_rows_kernel(const Strided2D& x, const int32_t* rows, int64_t count, int64_t cols,
                                const Strided2D& out, bool vec, cudaStream_t stream);
-void launch_rope_kernel(void* x, ScalarType type, int64_t tokens, int64_t token_stride,
-                        int64_t heads, int64_t head_stride, int rotary_dim,
-                        const int32_t* positions, const float* inv_freq, float cos_sin_scale,
-                        cudaStream_t stream);
+void launch_rope_kernel(const Strided3D& x, const Strided3D& out, int64_t tokens, int64_t heads,
+                        int rotary_dim, const int32_t* positions, const float* inv_freq,
+                        float cos_sin_scale, cudaStream_t stream);
 void launch_latent_cache_write_kernel(const LatentCacheWriteParams& params, cudaStream_t stream);
 void launch_gather_latent_cache_kernel(const bf16* cache, int64_t cache_slot_stride,
                                        int64_t latent_dim, const int64_t* slots, int64_t count,

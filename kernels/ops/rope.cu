@@ -1,4 +1,5 @@
-// RoPE in DeepSeek's interleaved layout and the fused MLA latent cache write (mla/kernels/ops.h).
+// RoPE in DeepSeek's interleaved layout (in place or out of place) and the fused MLA latent cache
+// write (mla/kernels/ops.h).
 //
 // Angles are the fp32 product positions[t] · inv_freq[i], exactly as the CPU twin forms it, and
 // go through precise sincosf (full range reduction): with YaRN, positions reach 163840 and the
@@ -9,13 +10,15 @@
 namespace mla::kernels::ops {
 namespace {
 
-// Rotates pair (even, odd) in place by the angle position · inv_freq.
-template <typename T>
-__device__ __forceinline__ void rotate_pair(T* pair, float cos_value, float sin_value) {
-  const float even = to_f32(pair[0]);
-  const float odd = to_f32(pair[1]);
-  pair[0] = from_f32<T>(even * cos_value - odd * sin_value);
-  pair[1] = from_f32<T>(odd * cos_value + even * sin_value);
+// Rotates pair (even, odd) of `in` by the angle whose cos and sin are given, into `out` (which
+// may be `in`: both values are read before either is written).
+template <typename TI, typename TO>
+__device__ __forceinline__ void rotate_pair(const TI* in, TO* out, float cos_value,
+                                            float sin_value) {
+  const float even = to_f32(in[0]);
+  const float odd = to_f32(in[1]);
+  out[0] = from_f32<TO>(even * cos_value - odd * sin_value);
+  out[1] = from_f32<TO>(odd * cos_value + even * sin_value);
 }
 
 __device__ __forceinline__ void rope_cos_sin(int32_t position, float inv_freq, float scale,
@@ -28,10 +31,12 @@ __device__ __forceinline__ void rope_cos_sin(int32_t position, float inv_freq, f
 }
 
 // One block per token (grid-stride): thread k owns pair k % half of heads k / half, k / half +
-// groups, ... with groups = blockDim / half; threads past groups · half idle.
-template <typename T>
+// groups, ... with groups = blockDim / half; threads past groups · half idle. In place when out
+// is x (same strides, checked by the launcher).
+template <typename TI, typename TO>
 __global__ void __launch_bounds__(kBlockThreads)
-    rope_kernel(T* x, int64_t tokens, int64_t token_stride, int64_t heads, int64_t head_stride,
+    rope_kernel(const TI* x, int64_t x_token_stride, int64_t x_head_stride, TO* out,
+                int64_t out_token_stride, int64_t out_head_stride, int64_t tokens, int64_t heads,
                 int half, const int32_t* positions, const float* inv_freq, float scale) {
   const int pair = threadIdx.x % half;
   const int head_group = threadIdx.x / half;
@@ -41,7 +46,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     float cos_value, sin_value;
     rope_cos_sin(positions[t], inv_freq[pair], scale, &cos_value, &sin_value);
     for (int64_t h = head_group; h < heads; h += groups)
-      rotate_pair(x + t * token_stride + h * head_stride + 2 * pair, cos_value, sin_value);
+      rotate_pair(x + t * x_token_stride + h * x_head_stride + 2 * pair,
+                  out + t * out_token_stride + h * out_head_stride + 2 * pair, cos_value,
+                  sin_value);
   }
 }
 
@@ -93,15 +100,18 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 }  // namespace
 
-void launch_rope_kernel(void* x, ScalarType type, int64_t tokens, int64_t token_stride,
-                        int64_t heads, int64_t head_stride, int rotary_dim,
-                        const int32_t* positions, const float* inv_freq, float cos_sin_scale,
-                        cudaStream_t stream) {
-  dispatch_type(type, [&](auto tag) {
-    using T = decltype(tag);
-    rope_kernel<T><<<grid_for(tokens, 1), kBlockThreads, 0, stream>>>(
-        static_cast<T*>(x), tokens, token_stride, heads, head_stride, rotary_dim / 2, positions,
-        inv_freq, cos_sin_scale);
+void launch_rope_kernel(const Strided3D& x, const Strided3D& out, int64_t tokens, int64_t heads,
+                        int rotary_dim, const int32_t* positions, const float* inv_freq,
+                        float cos_sin_scale, cudaStream_t stream) {
+  dispatch_type(x.type, [&](auto x_tag) {
+    dispatch_type(out.type, [&](auto out_tag) {
+      using TI = decltype(x_tag);
+      using TO = decltype(out_tag);
+      rope_kernel<TI, TO><<<grid_for(tokens, 1), kBlockThreads, 0, stream>>>(
+          static_cast<const TI*>(x.data), x.stride0, x.stride1, static_cast<TO*>(out.data),
+          out.stride0, out.stride1, tokens, heads, rotary_dim / 2, positions, inv_freq,
+          cos_sin_scale);
+    });
   });
   MLA_CHECK_LAUNCH("rope");
 }

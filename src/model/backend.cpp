@@ -32,8 +32,7 @@ void Backend::latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, 
   Tensor kv_c = latent.slice(1, 0, kv_lora_rank);
   rms_norm(kv_a.slice(1, 0, kv_lora_rank), norm_weight, eps, kv_c);
   Tensor k_pe = latent.slice(1, kv_lora_rank, rotary_dim);
-  copy(kv_a.slice(1, kv_lora_rank, rotary_dim), k_pe);
-  rope(k_pe, rope_table);
+  rope(kv_a.slice(1, kv_lora_rank, rotary_dim), rope_table, 0, k_pe);
   write_latent_cache(latent, cache);
 }
 

@@ -79,6 +79,11 @@ class Backend {
   // Empties `weight`; when that was the last reference to its memory, the memory is freed and no
   // longer counted as weight memory (a weight the model repacked and no longer needs).
   virtual void release_weight(Tensor& weight) { weight = Tensor{}; }
+  // A weight stacked from `parts` along the rows: a new long-lived contiguous [Σ rows_i, cols]
+  // tensor holding parts[0]'s rows, then parts[1]'s, ... (each a [rows_i, cols] weight or view
+  // of one, all of one dtype and cols), counted as weight memory. The model fuses the
+  // projections that read the same input into one GEMM with it.
+  virtual Tensor concat_weight_rows(std::span<const Tensor> parts) = 0;
   virtual void fill(Tensor& dst, float value) = 0;
   // Copies a tensor (any strides) to host memory, densely, in row-major order.
   virtual void copy_to_host(const Tensor& src, float* dst) = 0;
@@ -131,8 +136,13 @@ class Backend {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // out [rows.size(), d] = x [.., d] rows `rows` (plan.logit_rows).
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
-  // In place: x [T, heads, rotary_dim] or [T, rotary_dim], rotated by plan.positions.
-  virtual void rope(Tensor& x, const RopeTable& rope) = 0;
+  // RoPE of rows [first_token, first_token + rows) of the step: x [rows, heads, rotary_dim] or
+  // [rows, rotary_dim], row r rotated by plan.positions[first_token + r], into out (same shape,
+  // its own strides). out may be x itself (in place); otherwise the two must not overlap. The
+  // model ropes the decode rows' q_pe straight into the absorbed query with it.
+  virtual void rope(const Tensor& x, const RopeTable& rope, int64_t first_token, Tensor& out) = 0;
+  // In place, all rows of the step: x [T, heads, rotary_dim] or [T, rotary_dim].
+  void rope(Tensor& x, const RopeTable& table) { rope(x, table, 0, x); }
 
   // --- MLA.
   // cache [num_pages, page_size, latent_dim] at plan.slot_mapping[t] = latent [T, latent_dim][t];
@@ -140,8 +150,9 @@ class Backend {
   virtual void write_latent_cache(const Tensor& latent, Tensor& cache) = 0;
   // The MLA latent of every token, fused: from kv_a [T, kv_lora_rank + rotary_dim] (the
   // kv_a_proj_with_mqa output), latent [T, latent_dim] = [rms_norm(kv_c) · norm_weight |
-  // rope(k_pe)], written to `latent` and to the cache at plan.slot_mapping. The default runs
-  // rms_norm, copy, rope and write_latent_cache.
+  // rope(k_pe)], written to `latent` and to the cache at plan.slot_mapping. kv_a may be a view
+  // with a row stride wider than its rows (a column block of the fused input projection). The
+  // default runs rms_norm, rope (out of place) and write_latent_cache.
   virtual void latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, float eps,
                                   const RopeTable& rope, Tensor& latent, Tensor& cache);
   // out [slots.size(), latent_dim] = the cache's latents at `slots`.

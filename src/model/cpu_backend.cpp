@@ -93,6 +93,26 @@ Tensor CpuBackend::repack_weight(const Tensor& src) {
   return tensor;
 }
 
+Tensor CpuBackend::concat_weight_rows(std::span<const Tensor> parts) {
+  MLA_CHECK(!parts.empty());
+  const int64_t cols = parts[0].shape[1];
+  int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    MLA_CHECK(part.rank == 2 && part.dtype == DType::kF32);
+    MLA_CHECK_EQ(part.shape[1], cols);
+    rows += part.shape[0];
+  }
+  Tensor tensor = allocate(DType::kF32, {rows, cols});
+  int64_t row = 0;
+  for (const Tensor& part : parts) {
+    Tensor block = tensor.slice(0, row, part.shape[0]);
+    copy(part, block);
+    row += part.shape[0];
+  }
+  stats_.weight_elements += tensor.numel();
+  return tensor;
+}
+
 void CpuBackend::release_weight(Tensor& weight) {
   if (weight.storage.use_count() == 1) stats_.weight_elements -= weight.numel();
   weight = Tensor{};
@@ -195,18 +215,23 @@ void CpuBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows, 
   }
 }
 
-void CpuBackend::rope(Tensor& x, const RopeTable& rope) {
+void CpuBackend::rope(const Tensor& x, const RopeTable& rope, int64_t first_token, Tensor& out) {
   const StepPlan& step = plan();
   MLA_CHECK(x.rank == 2 || x.rank == 3);
-  check_innermost_contiguous(x, "rope");
-  MLA_CHECK_EQ(x.shape[0], step.num_tokens);
+  check_same_shape(x, out, "rope");
+  check_innermost_contiguous(x, "rope x");
+  check_innermost_contiguous(out, "rope out");
+  MLA_CHECK(first_token >= 0 && first_token + x.shape[0] <= step.num_tokens);
   const int64_t rotary_dim = x.shape[x.rank - 1];
   MLA_CHECK_EQ(rotary_dim, 2 * static_cast<int64_t>(rope.inv_freq.size()));
-  const int64_t heads = x.rank == 3 ? x.shape[1] : 1;
-  const int64_t head_stride = x.rank == 3 ? x.stride[1] : 0;
-  ref::apply_rope(x.as<float>(), x.shape[0], x.stride[0], heads, head_stride,
-                  static_cast<int>(rotary_dim), step.positions.data(), rope.inv_freq.data(),
-                  rope.cos_sin_scale);
+  // Out of place is a copy, then the in-place twin on out: the same arithmetic either way.
+  MLA_CHECK(out.data != x.data || out.stride == x.stride);  // in place only as the same view
+  if (out.data != x.data) copy(x, out);
+  const int64_t heads = out.rank == 3 ? out.shape[1] : 1;
+  const int64_t head_stride = out.rank == 3 ? out.stride[1] : 0;
+  ref::apply_rope(out.as<float>(), out.shape[0], out.stride[0], heads, head_stride,
+                  static_cast<int>(rotary_dim), step.positions.data() + first_token,
+                  rope.inv_freq.data(), rope.cos_sin_scale);
 }
 
 void CpuBackend::write_latent_cache(const Tensor& latent, Tensor& cache) {

@@ -32,6 +32,7 @@ class CpuBackend : public Backend {
                        std::initializer_list<int64_t> shape) override;
   Tensor repack_weight(const Tensor& src) override;
   void release_weight(Tensor& weight) override;
+  Tensor concat_weight_rows(std::span<const Tensor> parts) override;
   void fill(Tensor& dst, float value) override;
   void copy_to_host(const Tensor& src, float* dst) override;
   void begin_step(const StepPlan& plan) override;
@@ -43,7 +44,8 @@ class CpuBackend : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override;
-  void rope(Tensor& x, const RopeTable& rope) override;
+  using Backend::rope;
+  void rope(const Tensor& x, const RopeTable& rope, int64_t first_token, Tensor& out) override;
 
   void write_latent_cache(const Tensor& latent, Tensor& cache) override;
   void gather_latent_cache(const Tensor& cache, const std::vector<int64_t>& slots,

@@ -305,6 +305,26 @@ Tensor CudaBackend::repack_weight(const Tensor& src) {
   return tensor;
 }
 
+Tensor CudaBackend::concat_weight_rows(std::span<const Tensor> parts) {
+  MLA_CHECK(!parts.empty());
+  const int64_t cols = parts[0].shape[1];
+  int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    MLA_CHECK(part.rank == 2 && part.dtype == parts[0].dtype);
+    MLA_CHECK_EQ(part.shape[1], cols);
+    rows += part.shape[0];
+  }
+  Tensor tensor = owned_tensor(parts[0].dtype, {rows, cols});
+  int64_t row = 0;
+  for (const Tensor& part : parts) {
+    Tensor block = tensor.slice(0, row, part.shape[0]);
+    copy(part, block);
+    row += part.shape[0];
+  }
+  stats_.weight_bytes += static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype);
+  return tensor;
+}
+
 void CudaBackend::release_weight(Tensor& weight) {
   if (weight.storage.use_count() == 1) {
     // A repack may still be reading it on the stream.
@@ -625,16 +645,24 @@ const float* CudaBackend::inv_freq_on_device(const RopeTable& rope) {
   return it->second.device.data();
 }
 
-void CudaBackend::rope(Tensor& x, const RopeTable& rope) {
+void CudaBackend::rope(const Tensor& x, const RopeTable& rope, int64_t first_token, Tensor& out) {
   const OpScope scope = profile_scope("rope");
   MLA_CHECK(x.rank == 2 || x.rank == 3);
+  MLA_CHECK_EQ(out.rank, x.rank);
+  for (int d = 0; d < x.rank; ++d) MLA_CHECK_EQ(out.shape[d], x.shape[d]);
+  MLA_CHECK(first_token >= 0 && first_token + x.shape[0] <= plan_->num_tokens);
   const int rotary_dim = static_cast<int>(x.shape[x.rank - 1]);
   MLA_CHECK_EQ(static_cast<size_t>(rotary_dim), 2 * rope.inv_freq.size());
+  MLA_CHECK(x.stride[x.rank - 1] == 1 && out.stride[out.rank - 1] == 1);
   const int64_t heads = x.rank == 3 ? x.shape[1] : 1;
-  const int64_t head_stride = x.rank == 3 ? x.stride[1] : 0;
-  kernels::launch_rope(x.data, scalar_type(x, "rope input"), x.shape[0], x.stride[0], heads,
-                       head_stride, rotary_dim,
-                       static_cast<const int32_t*>(step_data(&plan_->positions, "positions")),
+  const kernels::Strided3D x_view{x.data, scalar_type(x, "rope input"), x.stride[0],
+                                  x.rank == 3 ? x.stride[1] : 0};
+  const kernels::Strided3D out_view{out.data, scalar_type(out, "rope output"), out.stride[0],
+                                    out.rank == 3 ? out.stride[1] : 0};
+  // The rows' positions start at the step's first_token (device pointer arithmetic).
+  const int32_t* positions =
+      static_cast<const int32_t*>(step_data(&plan_->positions, "positions")) + first_token;
+  kernels::launch_rope(x_view, out_view, x.shape[0], heads, rotary_dim, positions,
                        inv_freq_on_device(rope), rope.cos_sin_scale, stream_);
 }
 

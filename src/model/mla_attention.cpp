@@ -8,7 +8,9 @@
 // chunks, up-projected the same way, attended non-causally and merged by LSE.
 // Both paths use the same softmax scale, 192^-0.5 · mscale² (not 576^-0.5). W_UK and W_UV are
 // the strided views LayerWeights::w_uk/w_uv of kv_b_proj: the absorbed matrices W_Q·W_UK and
-// W_UV·W_O are never formed (for V3 they would cost ~70 GB at TP 1).
+// W_UV·W_O are never formed (for V3 they would cost ~70 GB at TP 1). The two projections of x
+// are one GEMM (ModelOptions::fuse_input_projections): the query and kv_a are column views of its
+// output, so q_nope, q_pe, kv_a (and V3's q_compressed) reach their ops with a wider row stride.
 #include "core/error.h"
 #include "model/model.h"
 
@@ -30,23 +32,43 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
   const float eps = static_cast<float>(c.rms_norm_eps);
   const DType act = backend_.activation_dtype();
 
-  // Queries: [tokens, heads, nope | rope].
-  Tensor q = backend_.allocate(act, {tokens, heads * qk_head_dim});
-  if (c.q_lora_rank > 0) {
-    Tensor q_compressed = backend_.allocate(act, {tokens, c.q_lora_rank});
-    backend_.linear(x, layer.q_a_proj, q_compressed);
-    backend_.rms_norm(q_compressed, layer.q_a_layernorm, eps, q_compressed);
-    backend_.linear(q_compressed, layer.q_b_proj, q);
+  // The projections of x: the query's first (q_proj, or q_a_proj with q_lora_rank) and
+  // kv_a_proj_with_mqa's, as one GEMM into [tokens, q_out + latent_dim] whose two column blocks
+  // are the parts (views with the wider row stride), or as two GEMMs (unfused).
+  const Tensor& q_weight = c.q_lora_rank > 0 ? layer.q_a_proj : layer.q_proj;
+  const int64_t q_out = q_weight.shape[0];
+  Tensor q_first, kv_a;
+  if (!layer.input_proj.empty()) {
+    Tensor projected = backend_.allocate(act, {tokens, q_out + latent_dim});
+    backend_.linear(x, layer.input_proj, projected);
+    q_first = projected.slice(1, 0, q_out);
+    kv_a = projected.slice(1, q_out, latent_dim);
   } else {
-    backend_.linear(x, layer.q_proj, q);
+    q_first = backend_.allocate(act, {tokens, q_out});
+    backend_.linear(x, q_weight, q_first);
+    kv_a = backend_.allocate(act, {tokens, latent_dim});
+    backend_.linear(x, layer.kv_a_proj_with_mqa, kv_a);
   }
-  Tensor q_heads = q.reshape({tokens, heads, qk_head_dim});
+
+  // Queries: [tokens, heads, nope | rope].
+  Tensor q_heads;
+  if (c.q_lora_rank > 0) {
+    backend_.rms_norm(q_first, layer.q_a_layernorm, eps, q_first);
+    Tensor q = backend_.allocate(act, {tokens, heads * qk_head_dim});
+    backend_.linear(q_first, layer.q_b_proj, q);
+    q_heads = q.reshape({tokens, heads, qk_head_dim});
+  } else {
+    q_heads = q_first.unflatten(1, heads, qk_head_dim);
+  }
+  // RoPE of q_pe: the prefill rows' in place (their attention reads q_heads); the decode rows'
+  // go straight into the absorbed query below (rows [0, num_decode) of the step's positions).
   Tensor q_pe = q_heads.slice(2, nope, rope);
-  backend_.rope(q_pe, rope_);
+  if (num_prefill > 0) {
+    Tensor q_pe_prefill = q_pe.slice(0, num_decode, num_prefill);
+    backend_.rope(q_pe_prefill, rope_, num_decode, q_pe_prefill);
+  }
 
   // The latent of every token: [kv_c after kv_a_layernorm | k_pe after RoPE], written to the cache.
-  Tensor kv_a = backend_.allocate(act, {tokens, latent_dim});
-  backend_.linear(x, layer.kv_a_proj_with_mqa, kv_a);
   Tensor latent = backend_.allocate(act, {tokens, latent_dim});
   backend_.latent_cache_write(kv_a, layer.kv_a_layernorm, eps, rope_, latent, cache);
 
@@ -57,7 +79,7 @@ Tensor Model::mla_attention(const LayerWeights& layer, const Tensor& x, Tensor& 
     backend_.head_matmul(q_heads.slice(0, 0, num_decode).slice(2, 0, nope), layer.w_uk, false,
                          q_latent);
     Tensor q_absorbed_pe = q_absorbed.slice(2, kv_lora_rank, rope);
-    backend_.copy(q_pe.slice(0, 0, num_decode), q_absorbed_pe);
+    backend_.rope(q_pe.slice(0, 0, num_decode), rope_, 0, q_absorbed_pe);
     Tensor out_latent = backend_.allocate(act, {num_decode, heads, kv_lora_rank});
     Tensor lse = backend_.allocate(DType::kF32, {num_decode, heads});
     backend_.mla_decode(q_absorbed, cache, static_cast<int>(kv_lora_rank), softmax_scale_,

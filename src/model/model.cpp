@@ -121,6 +121,20 @@ void Model::load_layer(const WeightSource& weights, int index) {
   layer.kv_a_proj_with_mqa =
       load("self_attn.kv_a_proj_with_mqa.weight", {kv_lora_rank + c.qk_rope_head_dim, hidden});
   layer.kv_a_layernorm = load("self_attn.kv_a_layernorm.weight", {kv_lora_rank});
+  if (options_.fuse_input_projections) {
+    // One weight for the two GEMMs that read x; the originals become row views of it.
+    Tensor& q_part = c.q_lora_rank > 0 ? layer.q_a_proj : layer.q_proj;
+    const int64_t q_rows = q_part.shape[0];
+    const int64_t kv_a_rows = layer.kv_a_proj_with_mqa.shape[0];
+    {
+      const Tensor parts[] = {q_part, layer.kv_a_proj_with_mqa};
+      layer.input_proj = backend_.concat_weight_rows(parts);
+    }
+    backend_.release_weight(q_part);
+    backend_.release_weight(layer.kv_a_proj_with_mqa);
+    q_part = layer.input_proj.slice(0, 0, q_rows);
+    layer.kv_a_proj_with_mqa = layer.input_proj.slice(0, q_rows, kv_a_rows);
+  }
   const int64_t per_head = c.qk_nope_head_dim + c.v_head_dim;
   layer.kv_b_proj = load("self_attn.kv_b_proj.weight", {heads * per_head, kv_lora_rank});
   // W_UK and W_UV: strided views into kv_b_proj, nothing copied or multiplied.

@@ -8,7 +8,7 @@
 // for decode rows and the materialised prefill path (with chunked context) for the rest
 // (mla_attention.cpp says how). The subtle invariant: W_UK and W_UV are views of kv_b_proj's
 // weight and are never multiplied into W_Q or W_O; the backend holds exactly the checkpoint's
-// tensors.
+// tensors (some stacked or cut at load: as many elements, no product of two).
 #pragma once
 
 #include <functional>
@@ -42,6 +42,12 @@ struct ModelOptions {
   // with the routed experts' in fp32. false: a separate MLP whose output the routed sum is added
   // onto. Read at load (the folded layout holds shared_down_proj cut into per-expert copies).
   bool fold_shared_experts = true;
+  // The two projections that read the layer's input run as one GEMM: q_proj (q_a_proj when
+  // q_lora_rank > 0) and kv_a_proj_with_mqa stacked along the output rows at load
+  // (LayerWeights::input_proj, the originals released: the weight bytes stay the checkpoint's);
+  // the query and kv_a parts of its output are column views, which every op downstream takes
+  // with their wider row stride. false: two GEMMs (A/B). Read at load.
+  bool fuse_input_projections = true;
 };
 
 // One layer's weights; names as in the checkpoint (model.layers.N.<name>).
@@ -59,6 +65,9 @@ struct LayerWeights {
   Tensor w_uk;                // view of kv_b_proj: [heads, 128, kv_lora_rank] (rows 0..127)
   Tensor w_uv;                // view of kv_b_proj: [heads, 128, kv_lora_rank] (rows 128..255)
   Tensor o_proj;              // self_attn.o_proj.weight [hidden, heads·128]
+  // With ModelOptions::fuse_input_projections: [q_out + kv_lora_rank + 64, hidden], q_proj's (or
+  // q_a_proj's) q_out rows then kv_a_proj_with_mqa's; those two are then row views of it.
+  Tensor input_proj;
   // Dense MLP (or the shared experts of a MoE layer).
   bool is_moe = false;
   Tensor gate_proj, up_proj, down_proj;  // mlp.{gate,up,down}_proj.weight

@@ -51,6 +51,23 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> new_shape) const {
   return view;
 }
 
+Tensor Tensor::unflatten(int dim, int64_t outer, int64_t inner) const {
+  MLA_CHECK(dim >= 0 && dim < rank && rank < 4);
+  MLA_CHECK(outer >= 0 && inner >= 0);
+  MLA_CHECK_EQ(outer * inner, shape[dim]);
+  Tensor view = *this;
+  for (int d = rank; d > dim + 1; --d) {
+    view.shape[d] = shape[d - 1];
+    view.stride[d] = stride[d - 1];
+  }
+  view.shape[dim] = outer;
+  view.stride[dim] = inner * stride[dim];
+  view.shape[dim + 1] = inner;
+  view.stride[dim + 1] = stride[dim];
+  view.rank = rank + 1;
+  return view;
+}
+
 Tensor Tensor::unsqueeze(int dim) const {
   MLA_CHECK(dim >= 0 && dim <= rank && rank < 4);
   Tensor view = *this;

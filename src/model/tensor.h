@@ -37,6 +37,9 @@ struct Tensor {
   Tensor slice(int dim, int64_t begin, int64_t count) const;
   // The same elements under a new shape; needs a contiguous tensor.
   Tensor reshape(std::initializer_list<int64_t> new_shape) const;
+  // Splits dimension `dim` into [outer, inner] (outer · inner = its size), whatever the strides:
+  // a [tokens, heads · d] view of wider rows becomes [tokens, heads, d] of the same rows.
+  Tensor unflatten(int dim, int64_t outer, int64_t inner) const;
   // Inserts a dimension of size 1 before `dim`.
   Tensor unsqueeze(int dim) const;
   // Repeats a size-1 dimension `count` times with stride 0 (a read-only view).

@@ -35,8 +35,9 @@ using testing::max_abs_diff;
 using testing::PathRun;
 using testing::run_path;
 
-// (fixture, shared experts folded into the routed experts' op or run as their own MLP)
-class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+// (fixture, shared experts folded into the routed experts' op or run as their own MLP, the MLA
+// input projections fused into one GEMM or run as two)
+class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {};
 
 TEST_P(GoldenTest, MatchesTransformersThreeWays) {
   const std::string fixture = std::get<0>(GetParam());
@@ -47,6 +48,7 @@ TEST_P(GoldenTest, MatchesTransformersThreeWays) {
   model::ModelOptions options;
   options.context_chunk_tokens = 50;
   options.fold_shared_experts = std::get<1>(GetParam());
+  options.fuse_input_projections = std::get<2>(GetParam());
   const auto model = model::Model::load(dir, backend, options);
   ASSERT_EQ(model->config().vocab_size, golden.vocab);
 
@@ -86,11 +88,12 @@ TEST_P(GoldenTest, MatchesTransformersThreeWays) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
                          ::testing::Combine(::testing::Values("tiny-deepseek-v2-lite",
                                                               "tiny-deepseek-v3"),
-                                            ::testing::Bool()),
+                                            ::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name + (std::get<1>(info.param) ? "_folded" : "_shared_mlp");
+                           return name + (std::get<1>(info.param) ? "_folded" : "_shared_mlp") +
+                                  (std::get<2>(info.param) ? "" : "_unfused_projections");
                          });
 
 // generate() (what `mla generate` runs) gives HF's greedy ids whichever way the prompt goes in.
@@ -168,6 +171,54 @@ TEST(FoldSharedExperts, ExpertsEndWithTheSharedSlicesAndNothingIsDuplicated) {
     }
   }
   EXPECT_GT(moe_layers, 0);
+}
+
+// Fusing the input projections: q_proj (V2-Lite) or q_a_proj (V3) and kv_a_proj_with_mqa become
+// row views of one stacked weight holding their values, the originals are released, and the
+// backend holds as many weight elements as the checkpoint has, fused or not.
+TEST(FuseInputProjections, ProjectionsAreRowViewsOfOneWeightAndNothingIsDuplicated) {
+  for (const char* fixture : {"tiny-deepseek-v2-lite", "tiny-deepseek-v3"}) {
+    SCOPED_TRACE(fixture);
+    const std::string dir = fixture_dir(fixture);
+    const weights::Checkpoint checkpoint = weights::Checkpoint::open(dir);
+    int64_t checkpoint_elements = 0;
+    for (const weights::TensorInfo* tensor : checkpoint.tensors())
+      if (tensor->name.find("_scale_inv") == std::string::npos)
+        checkpoint_elements += tensor->numel();
+    model::CpuBackend plain_backend, fused_backend;
+    model::ModelOptions plain_options;
+    plain_options.fuse_input_projections = false;
+    const model::Model plain(checkpoint, plain_backend, plain_options);
+    const model::Model fused(checkpoint, fused_backend, {});
+    ASSERT_TRUE(fused.options().fuse_input_projections);  // the default
+    EXPECT_EQ(plain_backend.stats().weight_elements, checkpoint_elements);
+    EXPECT_EQ(fused_backend.stats().weight_elements, checkpoint_elements);
+    const weights::ModelConfig& c = fused.config();
+    for (int i = 0; i < c.num_hidden_layers; ++i) {
+      const model::LayerWeights& p = plain.layer(i);
+      const model::LayerWeights& f = fused.layer(i);
+      EXPECT_TRUE(p.input_proj.empty());
+      ASSERT_FALSE(f.input_proj.empty());
+      const model::Tensor& p_q = c.q_lora_rank > 0 ? p.q_a_proj : p.q_proj;
+      const model::Tensor& f_q = c.q_lora_rank > 0 ? f.q_a_proj : f.q_proj;
+      const int64_t q_rows = p_q.shape[0], kv_a_rows = p.kv_a_proj_with_mqa.shape[0];
+      ASSERT_EQ(f.input_proj.shape[0], q_rows + kv_a_rows);
+      ASSERT_EQ(f.input_proj.shape[1], c.hidden_size);
+      EXPECT_EQ(f_q.storage, f.input_proj.storage);
+      EXPECT_EQ(f.kv_a_proj_with_mqa.storage, f.input_proj.storage);
+      EXPECT_EQ(f_q.as<float>(), f.input_proj.as<float>());
+      EXPECT_EQ(f.kv_a_proj_with_mqa.as<float>(),
+                f.input_proj.as<float>() + q_rows * c.hidden_size);
+      EXPECT_TRUE(f_q.is_contiguous() && f.kv_a_proj_with_mqa.is_contiguous());
+      const int64_t q_count = p_q.numel(), kv_a_count = p.kv_a_proj_with_mqa.numel();
+      EXPECT_TRUE(std::equal(p_q.as<float>(), p_q.as<float>() + q_count, f.input_proj.as<float>()))
+          << "layer " << i;
+      EXPECT_TRUE(std::equal(p.kv_a_proj_with_mqa.as<float>(),
+                             p.kv_a_proj_with_mqa.as<float>() + kv_a_count,
+                             f.input_proj.as<float>() + q_count))
+          << "layer " << i;
+    }
+  }
 }
 
 // The absorption stays a view: the backend holds exactly the checkpoint's weights (no absorbed

@@ -189,6 +189,73 @@ TEST(Rope, InterleavedPairsMatchThePermutedFormAndAreRelative) {
   }
 }
 
+// The backend's RoPE as the MLA layer uses it: the prefill rows of q_pe in place from row
+// num_decode of the step, the decode rows out of place into the pe slice of an absorbed-query
+// buffer; q_pe a view of a wider row (the fused input projection's output). Bit for bit what one
+// in-place call over all rows gives, with each row at its own step position; the source rows of
+// the out-of-place call unchanged; nothing outside the views written.
+TEST(Rope, BackendOutOfPlaceAndOffsetRowsMatchInPlace) {
+  const int64_t tokens = 7, decode = 3, heads = 3, row = heads * 192 + 576;
+  model::StepPlan plan;
+  plan.num_tokens = static_cast<int>(tokens);
+  plan.num_decode_tokens = static_cast<int>(decode);
+  plan.positions = {17, 4000, 0, 163839, 5, 6, 7};
+  model::RopeTable table;
+  table.inv_freq = ref::rope_inverse_frequencies(v2_lite_rope());
+  model::CpuBackend backend;
+  backend.begin_step(plan);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  auto random_rows = [&](model::Tensor& t) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = normal(rng);
+  };
+  model::Tensor fused = backend.allocate(model::DType::kF32, {tokens, row});
+  random_rows(fused);
+  const std::vector<float> before(fused.as<float>(), fused.as<float>() + fused.numel());
+  auto q_pe_of = [&](const model::Tensor& buffer) {  // [tokens, heads, 64] of the wider rows
+    return buffer.slice(1, 0, heads * 192).unflatten(1, heads, 192).slice(2, 128, 64);
+  };
+
+  model::Tensor want_buffer = backend.allocate(model::DType::kF32, {tokens, row});
+  std::memcpy(want_buffer.data, fused.data, fused.numel() * sizeof(float));
+  model::Tensor want = q_pe_of(want_buffer);
+  backend.rope(want, table);  // every row, in place
+
+  model::Tensor q_pe = q_pe_of(fused);
+  model::Tensor prefill = q_pe.slice(0, decode, tokens - decode);
+  backend.rope(prefill, table, decode, prefill);
+  model::Tensor absorbed = backend.allocate(model::DType::kF32, {decode, heads, 576});
+  for (int64_t i = 0; i < absorbed.numel(); ++i) absorbed.as<float>()[i] = NAN;
+  model::Tensor absorbed_pe = absorbed.slice(2, 512, 64);
+  backend.rope(q_pe.slice(0, 0, decode), table, 0, absorbed_pe);
+
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t j = 0; j < 64; ++j) {
+        const int64_t at = t * row + h * 192 + 128 + j;
+        const float expected = want_buffer.as<float>()[at];
+        if (t < decode) {
+          EXPECT_EQ(fused.as<float>()[at], before[at]) << "source row " << t << " changed";
+          EXPECT_EQ(absorbed.as<float>()[(t * heads + h) * 576 + 512 + j], expected)
+              << "decode row " << t << " head " << h << " value " << j;
+        } else {
+          EXPECT_EQ(fused.as<float>()[at], expected)
+              << "prefill row " << t << " head " << h << " value " << j;
+        }
+      }
+  for (int64_t t = 0; t < tokens; ++t)  // outside q_pe: untouched
+    for (int64_t c = 0; c < row; ++c)
+      if (c >= heads * 192 || c % 192 < 128) {
+        ASSERT_EQ(fused.as<float>()[t * row + c], before[t * row + c]) << t << " " << c;
+      }
+  for (int64_t i = 0; i < absorbed.numel(); ++i)
+    if (i % 576 < 512) {
+      ASSERT_TRUE(std::isnan(absorbed.as<float>()[i])) << i;
+    }
+  // Rows past the step's end: refused.
+  EXPECT_ANY_THROW(backend.rope(prefill, table, decode + 1, prefill));
+}
+
 // Attention over keys split into two parts, merged by LSE, equals attention over all keys; the
 // causal rule is bottom-right aligned.
 TEST(Attention, SplitAndMergedByLseEqualsWhole) {

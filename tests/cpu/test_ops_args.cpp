@@ -133,6 +133,33 @@ TEST(OpsHost, BadArgumentsNameTheArgument) {
                                    static_cast<const float*>(fake(0x3000)), 1.f, nullptr);
             }).find("token_stride must be >= (heads - 1)"),
             std::string::npos);
+  // Out of place: out's heads and tokens must not overlap; in place only as the same view.
+  const auto* positions = static_cast<const int32_t*>(fake(0x2000));
+  const auto* inv_freq = static_cast<const float*>(fake(0x3000));
+  const Strided3D q_pe{fake(0x1000), ScalarType::kBF16, 3648, 192};
+  EXPECT_NE(error_of([&] {
+              kernels::launch_rope(q_pe, {fake(0x8000), ScalarType::kBF16, 9216, 32}, 4, 16, 64,
+                                   positions, inv_freq, 1.f, nullptr);
+            }).find("out.stride1 must be >= rotary_dim (64), got 32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              kernels::launch_rope(q_pe, {fake(0x8000), ScalarType::kBF16, 8000, 576}, 4, 16, 64,
+                                   positions, inv_freq, 1.f, nullptr);
+            }).find("out.stride0 must be >= (heads - 1)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              kernels::launch_rope(q_pe, {fake(0x1000), ScalarType::kF32, 3648, 192}, 4, 16, 64,
+                                   positions, inv_freq, 1.f, nullptr);
+            }).find("out aliases x"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              kernels::launch_rope({fake(0x1000), ScalarType::kBF16, -3648, 192},
+                                   {fake(0x8000), ScalarType::kBF16, 9216, 576}, 4, 16, 64,
+                                   positions, inv_freq, 1.f, nullptr);
+            }).find("x strides must be >= 0"),
+            std::string::npos);
+  kernels::launch_rope(q_pe, {nullptr, ScalarType::kF32, 0, 0}, 0, 16, 64, nullptr, nullptr, 1.f,
+                       nullptr);  // no rows: nothing launched
   kernels::LatentCacheWriteParams latent;
   latent.kv_a = {fake(0x1000), ScalarType::kBF16, 576};
   latent.kv_norm_weight = w;

@@ -49,8 +49,9 @@ constexpr float kLogitTolerance = 2e-2f;
 constexpr float kRoutingTieMargin = 1e-2f;
 constexpr double kMaxTieRows = 0.05;
 
-// (fixture, shared experts folded into the routed experts' grouped GEMM or run as their own MLP)
-class CudaGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+// (fixture, shared experts folded into the routed experts' grouped GEMM or run as their own MLP,
+// the MLA input projections fused into one GEMM or run as two)
+class CudaGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {};
 
 // Rows (positions) of `run` over `tolerance` against `reference`, each printed with the CPU
 // backend's routing margin there; fails for a row whose margin is not a near tie. Returns how many.
@@ -80,6 +81,7 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
   model::ModelOptions options;
   options.context_chunk_tokens = 50;  // a 200-token context in four gathered pieces
   options.fold_shared_experts = std::get<1>(GetParam());
+  options.fuse_input_projections = std::get<2>(GetParam());
   model::CudaBackend backend;
   const auto model = model::Model::load(dir, backend, options);
   testing::RoutingMarginBackend cpu_backend;
@@ -126,11 +128,12 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest,
                          ::testing::Combine(::testing::Values("tiny-deepseek-v2-lite",
                                                               "tiny-deepseek-v3"),
-                                            ::testing::Bool()),
+                                            ::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name + (std::get<1>(info.param) ? "_folded" : "_shared_mlp");
+                           return name + (std::get<1>(info.param) ? "_folded" : "_shared_mlp") +
+                                  (std::get<2>(info.param) ? "" : "_unfused_projections");
                          });
 
 // Folding repacks the shared experts' down_proj and releases the original: the device holds the
@@ -146,6 +149,39 @@ TEST(CudaBackend, FoldedSharedExpertsHoldTheSameWeightBytes) {
   ASSERT_TRUE(folded->options().fold_shared_experts);
   EXPECT_GT(plain_backend.stats().weight_bytes, 0u);
   EXPECT_EQ(folded_backend.stats().weight_bytes, plain_backend.stats().weight_bytes);
+}
+
+// Fusing the input projections stacks q_proj / q_a_proj and kv_a_proj_with_mqa into one weight
+// and releases the originals: the device holds the same weight bytes fused or not, and the stacked
+// weight holds the two originals' bf16 values, bit for bit.
+TEST(CudaBackend, FusedInputProjectionsHoldTheSameWeightBytes) {
+  MLA_REQUIRE_SM90_GPU();
+  for (const char* fixture : {"tiny-deepseek-v2-lite", "tiny-deepseek-v3"}) {
+    SCOPED_TRACE(fixture);
+    const std::string dir = fixture_dir(fixture);
+    model::ModelOptions plain_options;
+    plain_options.fuse_input_projections = false;
+    model::CudaBackend plain_backend, fused_backend;
+    const auto plain = model::Model::load(dir, plain_backend, plain_options);
+    const auto fused = model::Model::load(dir, fused_backend);
+    ASSERT_TRUE(fused->options().fuse_input_projections);
+    EXPECT_GT(plain_backend.stats().weight_bytes, 0u);
+    EXPECT_EQ(fused_backend.stats().weight_bytes, plain_backend.stats().weight_bytes);
+    const bool lora = fused->config().q_lora_rank > 0;
+    for (int i = 0; i < fused->config().num_hidden_layers; ++i) {
+      const model::LayerWeights& p = plain->layer(i);
+      const model::LayerWeights& f = fused->layer(i);
+      const model::Tensor& p_q = lora ? p.q_a_proj : p.q_proj;
+      std::vector<float> want(static_cast<size_t>(p_q.numel()));
+      plain_backend.copy_to_host(p_q, want.data());
+      std::vector<float> kv_a(static_cast<size_t>(p.kv_a_proj_with_mqa.numel()));
+      plain_backend.copy_to_host(p.kv_a_proj_with_mqa, kv_a.data());
+      want.insert(want.end(), kv_a.begin(), kv_a.end());
+      std::vector<float> got(static_cast<size_t>(f.input_proj.numel()));
+      fused_backend.copy_to_host(f.input_proj, got.data());
+      EXPECT_EQ(got, want) << "layer " << i;
+    }
+  }
 }
 
 // A replayed step graph computes what the eager step computes: the same kernels on the same data.

@@ -234,6 +234,33 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
     b.cuda.rope(pe_cuda, rope_table);
     b.expect_close("rope", q_cuda, q_cpu);
   }
+  {  // rope as the MLA layer runs it: q_pe a view of the fused projection's wider rows; the
+     // decode rows out of place into the absorbed query's pe slice, the prefill rows in place
+     // from row `decode` of the step (their positions)
+    const int64_t row = heads * 192 + latent;
+    auto [q_cpu0, q_cuda0] = b.input2("fused", tokens, row, 1.0f);
+    Tensor q_cpu = step_input(b.cpu, q_cpu0, DType::kF32);
+    Tensor q_cuda = step_input(b.cuda, q_cuda0, act);
+    auto q_pe = [&](const Tensor& q) {
+      return q.slice(1, 0, heads * 192).unflatten(1, heads, 192).slice(2, 128, rope);
+    };
+    Tensor pe_cpu = q_pe(q_cpu), pe_cuda = q_pe(q_cuda);
+    Tensor prefill_cpu = pe_cpu.slice(0, decode, prefill);
+    Tensor prefill_cuda = pe_cuda.slice(0, decode, prefill);
+    b.cpu.rope(prefill_cpu, rope_table, decode, prefill_cpu);
+    b.cuda.rope(prefill_cuda, rope_table, decode, prefill_cuda);
+    b.expect_close("rope prefill rows", q_cuda, q_cpu);
+    Tensor absorbed_cpu = b.cpu.allocate(DType::kF32, {decode, heads, latent});
+    Tensor absorbed_cuda = b.cuda.allocate(act, {decode, heads, latent});
+    b.cpu.fill(absorbed_cpu, 0.5f);
+    b.cuda.fill(absorbed_cuda, 0.5f);
+    Tensor absorbed_pe_cpu = absorbed_cpu.slice(2, rank, rope);
+    Tensor absorbed_pe_cuda = absorbed_cuda.slice(2, rank, rope);
+    b.cpu.rope(pe_cpu.slice(0, 0, decode), rope_table, 0, absorbed_pe_cpu);
+    b.cuda.rope(pe_cuda.slice(0, 0, decode), rope_table, 0, absorbed_pe_cuda);
+    b.expect_close("rope into q_absorbed", absorbed_cuda, absorbed_cpu);
+    b.expect_close("rope source unchanged", q_cuda, q_cpu);
+  }
   {  // the decode op over the cache, for the decode rows
     auto [q_cpu0, q_cuda0] = b.input3("qabs", decode, heads, latent, 1.0f);
     Tensor want = b.cpu.allocate(DType::kF32, {decode, heads, rank});
@@ -272,6 +299,82 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
     b.cuda.merge_attention(got, got_lse, part_cuda, part_lse_cuda);
     b.expect_close("merge_attention out", got, want);
     b.expect_close("merge_attention lse", got_lse, want_lse);
+  }
+  {  // The fused input projection's output and its column views, through every op that takes
+     // them with the wider row stride (the same values on both sides, bf16-rounded): V2-Lite's
+     // [tokens, heads·192 | 576] (q_nope into head_matmul, the prefill rows' q into attention,
+     // kv_a into latent_cache_write) and V3's [tokens, 96 | 576] (q_compressed normed in place,
+     // then into linear as a strided x)
+    const int64_t q_out = heads * 192, row = q_out + latent;
+    auto [f_cpu0, f_cuda0] = b.input2("fused out", tokens, row, 1.0f);
+    Tensor f_cpu = step_input(b.cpu, f_cpu0, DType::kF32);
+    Tensor f_cuda = step_input(b.cuda, f_cuda0, act);
+    {  // the fused GEMM itself, into the wide buffer
+      auto [wf_cpu, wf_cuda] = b.input2("w fused", row, hidden, 0.2f);
+      Tensor want = b.cpu.allocate(DType::kF32, {tokens, row});
+      b.cpu.linear(x_cpu, wf_cpu, want);
+      Tensor got = b.cuda.allocate(act, {tokens, row});
+      b.cuda.linear(x_cuda, wf_cuda, got);
+      b.expect_close("linear (fused projection)", got, want);
+    }
+    const Tensor q_heads_cpu = f_cpu.slice(1, 0, q_out).unflatten(1, heads, 192);
+    const Tensor q_heads_cuda = f_cuda.slice(1, 0, q_out).unflatten(1, heads, 192);
+    {  // head_matmul: the decode rows' q_nope · W_UK
+      const Tensor kv_cpu = kv_b_cpu.reshape({heads, 256, rank});
+      const Tensor kv_cuda = kv_b_cuda.reshape({heads, 256, rank});
+      Tensor want = b.cpu.allocate(DType::kF32, {decode, heads, rank});
+      b.cpu.head_matmul(q_heads_cpu.slice(0, 0, decode).slice(2, 0, 128), kv_cpu.slice(1, 0, 128),
+                        false, want);
+      Tensor got = b.cuda.allocate(act, {decode, heads, rank});
+      b.cuda.head_matmul(q_heads_cuda.slice(0, 0, decode).slice(2, 0, 128),
+                         kv_cuda.slice(1, 0, 128), false, got);
+      b.expect_close("head_matmul (strided q)", got, want);
+    }
+    {  // attention: the prefill rows' q
+      auto [k_cpu0, k_cuda0] = b.input3("fk", prefill, heads, 192, 1.0f);
+      auto [v_cpu0, v_cuda0] = b.input3("fv", prefill, heads, 128, 1.0f);
+      Tensor want = b.cpu.allocate(DType::kF32, {prefill, heads, 128});
+      Tensor want_lse = b.cpu.allocate(DType::kF32, {prefill, heads});
+      b.cpu.attention(q_heads_cpu.slice(0, decode, prefill), k_cpu0, v_cpu0, plan.prefill_spans,
+                      0.07f, want, want_lse);
+      Tensor got = b.cuda.allocate(act, {prefill, heads, 128});
+      Tensor got_lse = b.cuda.allocate(DType::kF32, {prefill, heads});
+      b.cuda.attention(q_heads_cuda.slice(0, decode, prefill), k_cuda0, v_cuda0, plan.prefill_spans,
+                       0.07f, got, got_lse);
+      b.expect_close("attention (strided q)", got, want);
+      b.expect_close("attention lse (strided q)", got_lse, want_lse);
+    }
+    {  // latent_cache_write: kv_a
+      const Tensor norm_w_cpu = norm_cpu.reshape({latent}).slice(0, 0, rank);
+      const Tensor norm_w_cuda = norm_cuda.reshape({latent}).slice(0, 0, rank);
+      Tensor want = b.cpu.allocate(DType::kF32, {tokens, latent});
+      b.cpu.latent_cache_write(f_cpu.slice(1, q_out, latent), norm_w_cpu, 1e-6f, rope_table, want,
+                               cache_cpu);
+      Tensor got = b.cuda.allocate(act, {tokens, latent});
+      b.cuda.latent_cache_write(f_cuda.slice(1, q_out, latent), norm_w_cuda, 1e-6f, rope_table, got,
+                                cache_cuda);
+      b.expect_close("latent_cache_write (strided kv_a)", got, want);
+      b.expect_close("cache after it", cache_cuda, cache_cpu);
+    }
+    {  // V3: q_compressed [tokens, 96] of [tokens, 96 + 576] rows, normed in place, then q_b_proj
+      const int64_t q_lora = 96;
+      auto [g_cpu0, g_cuda0] = b.input2("fused v3", tokens, q_lora + latent, 1.0f);
+      Tensor g_cpu = step_input(b.cpu, g_cpu0, DType::kF32);
+      Tensor g_cuda = step_input(b.cuda, g_cuda0, act);
+      Tensor qc_cpu = g_cpu.slice(1, 0, q_lora);
+      Tensor qc_cuda = g_cuda.slice(1, 0, q_lora);
+      const Tensor qn_cpu = norm_cpu.reshape({latent}).slice(0, 0, q_lora);
+      const Tensor qn_cuda = norm_cuda.reshape({latent}).slice(0, 0, q_lora);
+      b.cpu.rms_norm(qc_cpu, qn_cpu, 1e-6f, qc_cpu);
+      b.cuda.rms_norm(qc_cuda, qn_cuda, 1e-6f, qc_cuda);
+      b.expect_close("rms_norm in place (strided)", g_cuda, g_cpu);  // kv_a part untouched too
+      auto [qb_cpu, qb_cuda] = b.input2("q_b_proj", heads * 192, q_lora, 0.2f);
+      Tensor want = b.cpu.allocate(DType::kF32, {tokens, heads * 192});
+      b.cpu.linear(qc_cpu, qb_cpu, want);
+      Tensor got = b.cuda.allocate(act, {tokens, heads * 192});
+      b.cuda.linear(qc_cuda, qb_cuda, got);
+      b.expect_close("linear (strided x)", got, want);
+    }
   }
   {  // MoE: V3-style routing (sigmoid, noaux_tc with a bias, 4 groups of 4, renormalised), experts
     ref::MoeRoutingParams routing;

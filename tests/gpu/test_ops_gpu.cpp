@@ -411,6 +411,72 @@ TEST(OpsGpu, RopeInterleavedPairsInPlace) {
     }
 }
 
+// Out of place (what the model does for the decode rows: q_pe inside the fused projection's
+// output, rotated straight into the pe slice of the absorbed query): strided source and
+// destination views of their own layouts, every type pair, positions starting inside the step's
+// array. The twin is a copy into the destination's layout, then the in-place twin there. The
+// source must come out unchanged, and every element of the destination outside its rotary values
+// (NaN) must stay untouched.
+TEST(OpsGpu, RopeOutOfPlaceStridedViews) {
+  MLA_REQUIRE_SM90_GPU();
+  struct Layout {
+    int64_t heads, rotary_dim;
+    int64_t x_token_stride, x_head_stride, x_offset;
+    int64_t out_token_stride, out_head_stride, out_offset;
+  };
+  const Layout layouts[] = {
+      // V2-Lite decode: q_pe of q [T, 16·192 + 576] (fused row) -> q_absorbed [T, 16, 576] pe.
+      {16, 64, 16 * 192 + 576, 192, 128, 16 * 576, 576, 512},
+      // V3-like: 128 heads (more heads than a block's head groups).
+      {128, 64, 128 * 192 + 8, 192, 128, 128 * 576, 576, 512},
+      {1, 64, 672, 0, 96 + 512, 64, 0, 0},  // rank-2 view (one head) into a dense [T, 64]
+      {5, 8, 53, 10, 2, 47, 9, 1},          // odd strides and offsets on both sides
+  };
+  const int64_t tokens = 29, first_token = 4;  // rows [4, 33) of a 33-row step
+  std::vector<int32_t> positions = random_positions(first_token + tokens, 19);
+  positions[first_token] = 163839;  // the extremes on the rows that are rotated
+  positions[first_token + 1] = 0;
+  const auto d_positions = upload(positions);
+  for (const Layout& l : layouts)
+    for (ScalarType x_type : kTypes)
+      for (ScalarType out_type : kTypes) {
+        SCOPED_TRACE(std::to_string(l.heads) + " heads, rotary " + std::to_string(l.rotary_dim) +
+                     " " + name(x_type) + " -> " + name(out_type));
+        const std::vector<float> inv_freq =
+            ref::rope_inverse_frequencies(yarn_rope(static_cast<int>(l.rotary_dim)));
+        const auto d_inv_freq = upload(inv_freq);
+        const int64_t x_count = tokens * l.x_token_stride + l.x_offset + l.rotary_dim;
+        const int64_t out_count = tokens * l.out_token_stride + l.out_offset + l.rotary_dim;
+        std::vector<float> x = nan_buffer(x_count);
+        std::mt19937 rng(20);
+        std::normal_distribution<float> normal(0.f, 2.f);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t h = 0; h < l.heads; ++h)
+            for (int64_t j = 0; j < l.rotary_dim; ++j)
+              x[t * l.x_token_stride + h * l.x_head_stride + l.x_offset + j] =
+                  round_to(x_type, normal(rng));
+        DeviceArray d_x(x_type, x), d_out(out_type, nan_buffer(out_count));
+        kernels::launch_rope(
+            {d_x.at(l.x_offset), x_type, l.x_token_stride, l.x_head_stride},
+            {d_out.at(l.out_offset), out_type, l.out_token_stride, l.out_head_stride}, tokens,
+            l.heads, static_cast<int>(l.rotary_dim), d_positions.data() + first_token,
+            d_inv_freq.data(), 0.9f, nullptr);
+        std::vector<float> want = nan_buffer(out_count);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t h = 0; h < l.heads; ++h)
+            for (int64_t j = 0; j < l.rotary_dim; ++j)
+              want[t * l.out_token_stride + h * l.out_head_stride + l.out_offset + j] =
+                  x[t * l.x_token_stride + h * l.x_head_stride + l.x_offset + j];
+        ref::apply_rope(want.data() + l.out_offset, tokens, l.out_token_stride, l.heads,
+                        l.out_head_stride, static_cast<int>(l.rotary_dim),
+                        positions.data() + first_token, inv_freq.data(), 0.9f);
+        // Same fp32 angle; sincosf is within 2 ulp of the twin's rounded double cos/sin; a bf16
+        // output may round the fp32 value to the other neighbour (fp32_math's one ulp).
+        EXPECT_TRUE(buffers_match(d_out.download(), want, fp32_math(out_type, 1e-5, 1e-5)));
+        EXPECT_TRUE(buffers_match(d_x.download(), x, kExact)) << "the source changed";
+      }
+}
+
 TEST(OpsGpu, LatentCacheWrite) {
   MLA_REQUIRE_SM90_GPU();
   struct Case {

@@ -91,6 +91,9 @@ void add_model_source_options(CLI::App* command, ModelSourceOptions& options, bo
   command->add_flag("--unfold-shared-experts", options.unfold_shared_experts,
                     "Run the MoE shared experts as their own MLP instead of inside the routed "
                     "experts' grouped GEMM (A/B)");
+  command->add_flag("--unfuse-input-projections", options.unfuse_input_projections,
+                    "Run the MLA layer's q and kv_a projections as two GEMMs instead of one over "
+                    "their stacked weights (A/B)");
 }
 
 ModelSource resolve_model_source(const ModelSourceOptions& options) {
@@ -140,6 +143,8 @@ LoadedModel load_model(const ModelSource& source, const ModelSourceOptions& opti
   model_options.step_graphs = model_options.step_graphs && !options.eager;
   model_options.fold_shared_experts =
       model_options.fold_shared_experts && !options.unfold_shared_experts;
+  model_options.fuse_input_projections =
+      model_options.fuse_input_projections && !options.unfuse_input_projections;
   if (options.backend == "cuda") {
 #if MLA_WITH_CUDA_BACKEND
     auto cuda = std::make_unique<model::CudaBackend>();

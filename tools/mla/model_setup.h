@@ -30,12 +30,14 @@ struct ModelSourceOptions {
   std::string load_format = "auto";  // auto: the checkpoint's weights; dummy: random weights
   std::string backend = "cpu";
   double gpu_memory_utilization = 0.90;
-  bool eager = false;                  // no step graphs (CUDA backend)
-  bool unfold_shared_experts = false;  // ModelOptions::fold_shared_experts off (A/B)
+  bool eager = false;                     // no step graphs (CUDA backend)
+  bool unfold_shared_experts = false;     // ModelOptions::fold_shared_experts off (A/B)
+  bool unfuse_input_projections = false;  // ModelOptions::fuse_input_projections off (A/B)
 };
 
 // Adds [MODEL_DIR] (unless `with_model_dir` is false), --model-preset, --load-format, and when
-// `with_backend` --backend; --gpu-memory-utilization, --eager and --unfold-shared-experts always.
+// `with_backend` --backend; --gpu-memory-utilization, --eager, --unfold-shared-experts and
+// --unfuse-input-projections always.
 void add_model_source_options(CLI::App* command, ModelSourceOptions& options,
                               bool with_model_dir = true, bool with_backend = true);
 

@@ -87,6 +87,15 @@ void launch_rope(void* x, ScalarType type, int64_t tokens, int64_t token_stride,
                  int64_t head_stride, int rotary_dim, const int32_t* positions,
                  const float* inv_freq, float cos_sin_scale, cudaStream_t stream);
 
+// RoPE out of place: out(t, h, j) = x(t, h, j) rotated as above, both [tokens, heads, rotary_dim]
+// with their own strides (stride0 per token, stride1 per head) and types (fp32 math, rounded to
+// out's type); only out's rotary values are written. out may be x only as the same view (then it
+// is the in-place op above); otherwise the two must not overlap. The model ropes the decode rows'
+// q_pe straight into the absorbed query's pe slice with it (positions offset by the first row).
+void launch_rope(Strided3D x, Strided3D out, int64_t tokens, int64_t heads, int rotary_dim,
+                 const int32_t* positions, const float* inv_freq, float cos_sin_scale,
+                 cudaStream_t stream);
+
 // The fused MLA latent write. From kv_a [T, kv_lora_rank + rope_dim] (kv_a_proj_with_mqa's
 // output): latent = [rms_norm(kv_c) · kv_norm_weight | rope(k_pe)] (latent_dim = kv_lora_rank +
 // rope_dim), written to latent_out [T, latent_dim] (if latent_out.data is not null; the prefill
