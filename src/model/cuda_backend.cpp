@@ -273,13 +273,19 @@ Tensor CudaBackend::upload_weight(const std::string& name, std::vector<float> va
   Tensor tensor = owned_tensor(keep_f32 ? DType::kF32 : DType::kBF16, shape);
   MLA_CHECK_EQ(static_cast<int64_t>(values.size()), tensor.numel());
   const size_t bytes = values.size() * dtype_size(tensor.dtype);
-  if (keep_f32) {
-    MLA_CUDA_CHECK(cudaMemcpy(tensor.data, values.data(), bytes, cudaMemcpyHostToDevice));
-  } else {
-    std::vector<bf16> converted(values.size());
+  // On the backend's stream, waited for: stream_ does not synchronise with the legacy default
+  // stream, and a plain cudaMemcpy from pageable memory may return before its DMA lands, so a
+  // kernel on stream_ could read the tail of the tensor before it arrived (the likely cause of
+  // one failed run of CudaBackendOps.EveryOpMatchesTheCpuBackend on the H200, 2026-11-30).
+  std::vector<bf16> converted;
+  const void* source = values.data();
+  if (!keep_f32) {
+    converted.resize(values.size());
     for (size_t i = 0; i < values.size(); ++i) converted[i] = float_to_bf16(values[i]);
-    MLA_CUDA_CHECK(cudaMemcpy(tensor.data, converted.data(), bytes, cudaMemcpyHostToDevice));
+    source = converted.data();
   }
+  MLA_CUDA_CHECK(cudaMemcpyAsync(tensor.data, source, bytes, cudaMemcpyHostToDevice, stream_));
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   stats_.weight_bytes += bytes;
   return tensor;
 }

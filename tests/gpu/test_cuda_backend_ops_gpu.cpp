@@ -392,8 +392,10 @@ TEST(CudaBackendOps, EveryOpMatchesTheCpuBackend) {
     // Both route the CPU's logits, so a tie-break difference cannot come from the GEMM.
     const std::vector<float> logits = host(b.cpu, logits_cpu);
     const Tensor logits_cuda0 = b.cuda.allocate(DType::kF32, {tokens, 16});
-    MLA_CUDA_CHECK(cudaMemcpy(logits_cuda0.data, logits.data(), logits.size() * sizeof(float),
-                              cudaMemcpyHostToDevice));
+    // On the backend's stream: it does not wait for the legacy stream's copies.
+    MLA_CUDA_CHECK(cudaMemcpyAsync(logits_cuda0.data, logits.data(), logits.size() * sizeof(float),
+                                   cudaMemcpyHostToDevice, b.cuda.stream()));
+    MLA_CUDA_CHECK(cudaStreamSynchronize(b.cuda.stream()));
     Tensor ids_cpu = b.cpu.allocate(DType::kI32, {tokens, 4});
     Tensor wts_cpu = b.cpu.allocate(DType::kF32, {tokens, 4});
     b.cpu.moe_route(logits_cpu, bias_cpu, routing, ids_cpu, wts_cpu);
