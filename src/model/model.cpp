@@ -329,12 +329,9 @@ Tensor Model::mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_pro
 
 Tensor Model::moe(const LayerWeights& layer, const Tensor& x) {
   const int64_t tokens = x.shape[0];
-  // Folded shared experts: the router appends them to every token's pairs (weight 1), unless the
-  // step is large enough for the dense GEMMs to run them faster as their own MLP.
-  const bool folded = layer.folded_shared_experts > 0;
-  const bool fold_now = folded && tokens <= options_.fold_shared_experts_max_tokens;
+  // Folded shared experts: the router appends them to every token's pairs (weight 1).
   ref::MoeRoutingParams routing = routing_;
-  routing.appended_experts = fold_now ? layer.folded_shared_experts : 0;
+  routing.appended_experts = layer.folded_shared_experts;
   const int64_t pairs = config_.num_experts_per_tok + routing.appended_experts;
   // The router runs in fp32 whatever the backend's storage (as DeepSeek's and HF's code do).
   Tensor router_logits = backend_.allocate(DType::kF32, {tokens, config_.n_routed_experts});
@@ -343,46 +340,12 @@ Tensor Model::moe(const LayerWeights& layer, const Tensor& x) {
   Tensor expert_weights = backend_.allocate(DType::kF32, {tokens, pairs});
   backend_.moe_route(router_logits, layer.e_score_correction_bias, routing, expert_ids,
                      expert_weights);
-  // Shared experts as an MLP first (unfolded, or folded on a large step); the routed experts'
-  // weighted sum is added onto their output.
-  Tensor out;
-  bool accumulate = true;
-  if (!layer.shared_down_proj.empty()) {
-    out = mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj);
-  } else if (folded && !fold_now) {
-    out = folded_shared_mlp(layer, x);
-  } else {
-    out = backend_.allocate(backend_.activation_dtype(), {tokens, config_.hidden_size});
-    accumulate = false;
-  }
-  backend_.moe_experts(x, expert_ids, expert_weights, layer.experts, accumulate, out);
-  return out;
-}
-
-// The folded shared experts as one MLP: gate/up through the whole shared weights (the folded
-// experts' rows are views of them), down as the sum of each folded expert's block.
-Tensor Model::folded_shared_mlp(const LayerWeights& layer, const Tensor& x) {
-  const int64_t tokens = x.shape[0];
-  const int64_t width = config_.moe_intermediate_size;
-  const int64_t first = config_.n_routed_experts;
-  const DType act = backend_.activation_dtype();
-  Tensor gate = backend_.allocate(act, {tokens, width * layer.folded_shared_experts});
-  Tensor up = backend_.allocate(act, {tokens, width * layer.folded_shared_experts});
-  backend_.linear(x, layer.shared_gate_proj, gate);
-  backend_.linear(x, layer.shared_up_proj, up);
-  backend_.silu_mul(gate, up, gate);
-  Tensor out = backend_.allocate(act, {tokens, config_.hidden_size});
-  for (int j = 0; j < layer.folded_shared_experts; ++j) {
-    const Tensor block = gate.slice(1, j * width, width);
-    const Tensor& down = layer.experts.down_proj[first + j];
-    if (j == 0) {
-      backend_.linear(block, down, out);
-    } else {
-      Tensor part = backend_.allocate(act, {tokens, config_.hidden_size});
-      backend_.linear(block, down, part);
-      backend_.add(out, part);
-    }
-  }
+  // Unfolded shared experts first; the routed experts' weighted sum is added onto their output.
+  const bool shared = !layer.shared_down_proj.empty();
+  Tensor out = shared
+                   ? mlp(x, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj)
+                   : backend_.allocate(backend_.activation_dtype(), {tokens, config_.hidden_size});
+  backend_.moe_experts(x, expert_ids, expert_weights, layer.experts, /*accumulate=*/shared, out);
   return out;
 }
 

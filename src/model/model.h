@@ -42,11 +42,6 @@ struct ModelOptions {
   // with the routed experts' in fp32. false: a separate MLP whose output the routed sum is added
   // onto. Read at load (the folded layout holds shared_down_proj cut into per-expert copies).
   bool fold_shared_experts = true;
-  // Steps of more tokens than this run folded shared experts as their own MLP all the same
-  // (gate/up over the whole shared weights, down per folded block, through the dense GEMMs): the
-  // grouped GEMM's 32-row mma.sync tiles lose to cuBLAS on prefill-sized steps, where every
-  // token's rows would go through them. Decode steps (at most max_graph_batch rows) stay folded.
-  int fold_shared_experts_max_tokens = 512;
   // The two projections that read the layer's input run as one GEMM: q_proj (q_a_proj when
   // q_lora_rank > 0) and kv_a_proj_with_mqa stacked along the output rows at load
   // (LayerWeights::input_proj, the originals released: the weight bytes stay the checkpoint's);
@@ -146,7 +141,6 @@ class Model {
   Tensor mlp(const Tensor& x, const Tensor& gate_proj, const Tensor& up_proj,
              const Tensor& down_proj);
   Tensor moe(const LayerWeights& layer, const Tensor& x);
-  Tensor folded_shared_mlp(const LayerWeights& layer, const Tensor& x);
   void load_layer(const WeightSource& weights, int index);
 
   weights::ModelConfig config_;

@@ -81,9 +81,6 @@ TEST_P(CudaGoldenTest, MatchesTransformersAndTheCpuBackendThreeWays) {
   model::ModelOptions options;
   options.context_chunk_tokens = 50;  // a 200-token context in four gathered pieces
   options.fold_shared_experts = std::get<1>(GetParam());
-  // Folded: the whole-prompt way (over 100 tokens) runs the shared experts as their own MLP on
-  // the folded weights, the chunked and token-by-token ways through the routed experts' op.
-  options.fold_shared_experts_max_tokens = 100;
   options.fuse_input_projections = std::get<2>(GetParam());
   model::CudaBackend backend;
   const auto model = model::Model::load(dir, backend, options);
