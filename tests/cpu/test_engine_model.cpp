@@ -6,12 +6,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/mapped_file.h"
 #include "engine/engine.h"
+#include "engine/model_runner.h"
 #include "model/cpu_backend.h"
 #include "model/model.h"
 
@@ -163,13 +166,34 @@ TEST(EngineModel, PreemptedForkedAndPrefixCachedRequestsGiveTheirAloneTokens) {
   EXPECT_GT(engine.metrics().prefix_cache_hit_tokens.load(), 0u);
 }
 
+// A runner that takes at least `delay` per step: a tiny-model step takes well under a millisecond
+// on the CPU, so without it a long request could end while a busy machine stalls the test thread.
+class SlowRunner final : public engine::ModelRunner {
+ public:
+  SlowRunner(engine::ModelRunner& inner, std::chrono::milliseconds delay)
+      : inner_(inner), delay_(delay) {}
+  int vocab_size() const override { return inner_.vocab_size(); }
+  int num_pages() const override { return inner_.num_pages(); }
+  int max_position_embeddings() const override { return inner_.max_position_embeddings(); }
+  std::vector<int32_t> eos_token_ids() const override { return inner_.eos_token_ids(); }
+  std::vector<float> run(std::span<const engine::PageCopy> copies,
+                         const model::ForwardBatch& batch) override {
+    std::this_thread::sleep_for(delay_);
+    return inner_.run(copies, batch);
+  }
+
+ private:
+  engine::ModelRunner& inner_;
+  std::chrono::milliseconds delay_;
+};
+
 TEST(EngineModel, QueueLimitRefusesBeyondAndCancelFreesPages) {
   Fixture fixture("tiny-deepseek-v3");
-  // The running request must still run when the queue is probed: a tiny-model token takes well
-  // under a millisecond on the CPU, so it gets thousands (seconds of work), not hundreds, lest a
-  // busy test machine stall this thread until it ends and the queue drains into its slot.
+  // The running request must still run when the queue is probed: 3,900 tokens at 5 ms or more
+  // per step last over 19 s (it is cancelled after its second token).
   constexpr int kLongRun = 3900;
-  engine::ModelCacheRunner runner(*fixture.model, 66);
+  engine::ModelCacheRunner model_runner(*fixture.model, 66);
+  SlowRunner runner(model_runner, std::chrono::milliseconds(5));
   EngineOptions options = engine_options(4096);
   options.scheduler.max_num_seqs = 1;
   options.max_queued_requests = 2;
