@@ -1,7 +1,9 @@
-// Compile-time configuration of the baseline MLA decode kernel (split-KV, mma.sync, cp.async).
+// Compile-time configuration of the MLA decode kernels (split-KV; the mma.sync body's tile shapes
+// and shared memory here, the wgmma bodies' in their own headers).
 //
-// One CTA of 8 warps owns a tile of 16, 32 or 64 query rows of one kv head and walks its pieces
-// page by page (a 64-token page is one pipeline stage, double-buffered). Per page:
+// One CTA of 8 warps owns a tile of 16 query rows of one kv head (the mma.sync body; TileConfig
+// also describes 32 and 64) and walks its pieces page by page (a 64-token page is one pipeline
+// stage: three for this body, two for the wgmma bodies). Per page:
 //   S = Q·Kᵀ   warps split rows × tokens (kRowGroups × kTokenGroups), fragments via ldmatrix;
 //   softmax    online, base 2, row maxima exchanged through shared memory;
 //   O += P·V   every warp owns all rows × 64 of the 512 output columns (V = K[:, :512]).
