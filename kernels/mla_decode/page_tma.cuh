@@ -2,8 +2,9 @@
 // the mma.sync body): thread 0 issues each 64-token page as 9 boxes of 64 × 64 (128-byte swizzle,
 // L2 evict-first) completing on the stage's mbarrier; every thread waits on that barrier's phase.
 // A CTA counts the pages it has consumed across its pieces; the count selects the stage (count mod
-// stages) and the phase parity (count / stages mod 2). PartPageStream lets thread 0 issue pages
-// ahead across piece boundaries: the n-th page it issues is the n-th the CTA consumes.
+// stages) and the phase parity (count / stages mod 2). PartPageStream (mla_decode_plan.h) lets
+// thread 0 issue pages ahead across piece boundaries: the n-th page it issues is the n-th the CTA
+// consumes.
 //
 // TMA copies whole pages, so on a sequence's last page the rows past its end hold whatever the
 // cache holds there (NaN in the tests): zero_page_tail() clears them before any read, since
@@ -48,30 +49,6 @@ __device__ __forceinline__ void zero_page_tail(uint8_t* stage_bytes, int tokens_
   }
   wgmma::fence_proxy_async_shared();  // order the zeros before wgmma reads and later TMA writes
 }
-
-// The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
-// look-ahead for PageTmaPipeline::issue_next).
-struct PartPageStream {
-  PartPieceCursor cursor;
-  int seq = 0;
-  int page = 0;      // the next page of the current piece
-  int page_end = 0;  // the current piece's end (0 before the first piece)
-
-  __device__ __forceinline__ explicit PartPageStream(const PartPieceCursor& part) : cursor(part) {}
-
-  __device__ __forceinline__ bool next(int* next_seq, int* next_page) {
-    if (page >= page_end) {
-      DecodePiece piece;
-      if (!cursor.next(&piece)) return false;
-      seq = piece.seq;
-      page = piece.page_begin;
-      page_end = piece.page_end;
-    }
-    *next_seq = seq;
-    *next_page = page++;
-    return true;
-  }
-};
 
 template <int kNumStages = kStages>
 struct PageTmaPipeline {

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "mla/kernels/mla_decode_plan.h"
@@ -45,10 +46,15 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   PlanCheck result;
   for (int part = 0; part < num_parts; ++part) {
     PartPieceCursor cursor(plan, seqlens.data(), max_pages_per_seq, part);
+    // The kernels' look-ahead walks the same pages in the same order, pieces one after another.
+    PartPageStream stream(cursor);
+    std::vector<std::pair<int, int>> streamed, walked;
+    for (int seq, page; stream.next(&seq, &page);) streamed.emplace_back(seq, page);
     DecodePiece piece;
     int cost = 0;
     int previous_seq = -1;
     while (cursor.next(&piece)) {
+      for (int j = piece.page_begin; j < piece.page_end; ++j) walked.emplace_back(piece.seq, j);
       ++result.total_pieces;
       EXPECT_GT(piece.seq, previous_seq) << "pieces of a part are in sequence order";
       previous_seq = piece.seq;
@@ -68,6 +74,7 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
       cost += piece.page_end - piece.page_begin + kDecodeFixedCostPages;
     }
     result.max_part_cost = std::max(result.max_part_cost, cost);
+    EXPECT_EQ(streamed, walked) << "part " << part << ": the page stream is not the pieces' pages";
   }
   for (int b = 0; b < batch; ++b) {
     for (int j = 0; j < pages[b]; ++j)

@@ -177,6 +177,30 @@ class PartPieceCursor {
   int seq_;
 };
 
+// The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
+// look-ahead for the decode kernels' page pipeline; the CPU tests check it against the pieces).
+struct PartPageStream {
+  PartPieceCursor cursor;
+  int seq = 0;
+  int page = 0;      // the next page of the current piece
+  int page_end = 0;  // the current piece's end (0 before the first piece)
+
+  MLA_HOST_DEVICE explicit PartPageStream(const PartPieceCursor& part) : cursor(part) {}
+
+  MLA_HOST_DEVICE bool next(int* next_seq, int* next_page) {
+    if (page >= page_end) {
+      DecodePiece piece;
+      if (!cursor.next(&piece)) return false;
+      seq = piece.seq;
+      page = piece.page_begin;
+      page_end = piece.page_end;
+    }
+    *next_seq = seq;
+    *next_page = page++;
+    return true;
+  }
+};
+
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
