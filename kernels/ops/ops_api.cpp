@@ -203,17 +203,26 @@ void launch_gather_rows(Strided2D x, const int32_t* rows, int64_t count, int64_t
   ops::launch_gather_rows_kernel(x, rows, count, cols, out, vec, stream);
 }
 
-void launch_rope(void* x, ScalarType type, int64_t tokens, int64_t token_stride, int64_t heads,
-                 int64_t head_stride, int rotary_dim, const int32_t* positions,
-                 const float* inv_freq, float cos_sin_scale, cudaStream_t stream) {
-  constexpr const char* op = "launch_rope";
-  check_type(op, "x", type);
+namespace {
+
+// The shape checks both launch_rope forms share; false when there is nothing to rotate.
+bool rope_has_work(const char* op, int64_t tokens, int64_t heads, int rotary_dim) {
   check_count(op, "tokens", tokens);
   check_count(op, "heads", heads);
   require(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= ops::kMaxRotaryDim, op,
           fmt::format("rotary_dim must be even and in [2, {}], got {}", ops::kMaxRotaryDim,
                       rotary_dim));
-  if (tokens == 0 || heads == 0) return;
+  return tokens > 0 && heads > 0;
+}
+
+}  // namespace
+
+void launch_rope(void* x, ScalarType type, int64_t tokens, int64_t token_stride, int64_t heads,
+                 int64_t head_stride, int rotary_dim, const int32_t* positions,
+                 const float* inv_freq, float cos_sin_scale, cudaStream_t stream) {
+  constexpr const char* op = "launch_rope";
+  check_type(op, "x", type);
+  if (!rope_has_work(op, tokens, heads, rotary_dim)) return;
   require(heads == 1 || head_stride >= rotary_dim, op,
           fmt::format("head_stride must be >= rotary_dim ({}), got {}", rotary_dim, head_stride));
   require(tokens == 1 || token_stride >= (heads - 1) * head_stride + rotary_dim, op,
@@ -229,12 +238,7 @@ void launch_rope(Strided3D x, Strided3D out, int64_t tokens, int64_t heads, int 
   constexpr const char* op = "launch_rope";
   check_type(op, "x", x.type);
   check_type(op, "out", out.type);
-  check_count(op, "tokens", tokens);
-  check_count(op, "heads", heads);
-  require(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= ops::kMaxRotaryDim, op,
-          fmt::format("rotary_dim must be even and in [2, {}], got {}", ops::kMaxRotaryDim,
-                      rotary_dim));
-  if (tokens == 0 || heads == 0) return;
+  if (!rope_has_work(op, tokens, heads, rotary_dim)) return;
   check_pointer(op, "x.data", x.data, scalar_type_size(x.type));
   check_pointer(op, "out.data", out.data, scalar_type_size(out.type));
   check_pointer(op, "positions", positions, 4);

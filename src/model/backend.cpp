@@ -25,6 +25,25 @@ void Backend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& 
   rms_norm(residual, weight, eps, out);
 }
 
+Tensor Backend::concat_weight_rows(std::span<const Tensor> parts) {
+  MLA_CHECK(!parts.empty());
+  const int64_t cols = parts[0].shape[1];
+  int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    MLA_CHECK(part.rank == 2 && part.dtype == parts[0].dtype);
+    MLA_CHECK_EQ(part.shape[1], cols);
+    rows += part.shape[0];
+  }
+  Tensor tensor = new_weight(parts[0].dtype, rows, cols);
+  int64_t row = 0;
+  for (const Tensor& part : parts) {
+    Tensor block = tensor.slice(0, row, part.shape[0]);
+    copy(part, block);
+    row += part.shape[0];
+  }
+  return tensor;
+}
+
 void Backend::latent_cache_write(const Tensor& kv_a, const Tensor& norm_weight, float eps,
                                  const RopeTable& rope_table, Tensor& latent, Tensor& cache) {
   const int64_t kv_lora_rank = norm_weight.shape[0];

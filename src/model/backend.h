@@ -73,9 +73,10 @@ class Backend {
   virtual Tensor random_weight(const std::string& name, std::initializer_list<int64_t> shape,
                                uint64_t seed, float stddev);
   // A weight re-laid out at load time: a new long-lived contiguous tensor holding `src` (a
-  // strided [rows, cols] view of a weight this backend holds), counted as weight memory. The
-  // model cuts the shared experts' down_proj into per-expert column blocks with it.
-  virtual Tensor repack_weight(const Tensor& src) = 0;
+  // strided [rows, cols] view of a weight this backend holds), counted as weight memory: a
+  // concat_weight_rows of one part. The model cuts the shared experts' down_proj into per-expert
+  // column blocks with it.
+  Tensor repack_weight(const Tensor& src) { return concat_weight_rows(std::span(&src, 1)); }
   // Empties `weight`; when that was the last reference to its memory, the memory is freed and no
   // longer counted as weight memory (a weight the model repacked and no longer needs).
   virtual void release_weight(Tensor& weight) { weight = Tensor{}; }
@@ -83,7 +84,10 @@ class Backend {
   // tensor holding parts[0]'s rows, then parts[1]'s, ... (each a [rows_i, cols] weight or view
   // of one, all of one dtype and cols), counted as weight memory. The model fuses the
   // projections that read the same input into one GEMM with it.
-  virtual Tensor concat_weight_rows(std::span<const Tensor> parts) = 0;
+  Tensor concat_weight_rows(std::span<const Tensor> parts);
+  // A new long-lived contiguous [rows, cols] weight of `dtype`, contents undefined, counted as
+  // weight memory (what concat_weight_rows fills).
+  virtual Tensor new_weight(DType dtype, int64_t rows, int64_t cols) = 0;
   virtual void fill(Tensor& dst, float value) = 0;
   // Copies a tensor (any strides) to host memory, densely, in row-major order.
   virtual void copy_to_host(const Tensor& src, float* dst) = 0;

@@ -85,30 +85,9 @@ Tensor CpuBackend::upload_weight(const std::string& name, std::vector<float> val
   return tensor;
 }
 
-Tensor CpuBackend::repack_weight(const Tensor& src) {
-  MLA_CHECK(src.rank == 2 && src.dtype == DType::kF32);
-  Tensor tensor = allocate(DType::kF32, {src.shape[0], src.shape[1]});
-  copy(src, tensor);
-  stats_.weight_elements += tensor.numel();
-  return tensor;
-}
-
-Tensor CpuBackend::concat_weight_rows(std::span<const Tensor> parts) {
-  MLA_CHECK(!parts.empty());
-  const int64_t cols = parts[0].shape[1];
-  int64_t rows = 0;
-  for (const Tensor& part : parts) {
-    MLA_CHECK(part.rank == 2 && part.dtype == DType::kF32);
-    MLA_CHECK_EQ(part.shape[1], cols);
-    rows += part.shape[0];
-  }
+Tensor CpuBackend::new_weight(DType dtype, int64_t rows, int64_t cols) {
+  MLA_CHECK(dtype == DType::kF32);
   Tensor tensor = allocate(DType::kF32, {rows, cols});
-  int64_t row = 0;
-  for (const Tensor& part : parts) {
-    Tensor block = tensor.slice(0, row, part.shape[0]);
-    copy(part, block);
-    row += part.shape[0];
-  }
   stats_.weight_elements += tensor.numel();
   return tensor;
 }

@@ -15,7 +15,7 @@
 namespace mla::model {
 
 struct CpuBackendStats {
-  int64_t weight_elements = 0;  // every upload_weight and repack_weight, less released ones
+  int64_t weight_elements = 0;  // every upload_weight and concat_weight_rows, less released
   int64_t weight_uploads = 0;
   // When log_allocations is set: the shape of every allocate() since.
   bool log_allocations = false;
@@ -30,9 +30,8 @@ class CpuBackend : public Backend {
   Tensor allocate(DType dtype, std::initializer_list<int64_t> shape) override;
   Tensor upload_weight(const std::string& name, std::vector<float> values,
                        std::initializer_list<int64_t> shape) override;
-  Tensor repack_weight(const Tensor& src) override;
   void release_weight(Tensor& weight) override;
-  Tensor concat_weight_rows(std::span<const Tensor> parts) override;
+  Tensor new_weight(DType dtype, int64_t rows, int64_t cols) override;
   void fill(Tensor& dst, float value) override;
   void copy_to_host(const Tensor& src, float* dst) override;
   void begin_step(const StepPlan& plan) override;

@@ -303,30 +303,8 @@ Tensor CudaBackend::random_weight(const std::string& name, std::initializer_list
   return tensor;
 }
 
-Tensor CudaBackend::repack_weight(const Tensor& src) {
-  MLA_CHECK(src.rank == 2);
-  Tensor tensor = owned_tensor(src.dtype, {src.shape[0], src.shape[1]});
-  copy(src, tensor);
-  stats_.weight_bytes += static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype);
-  return tensor;
-}
-
-Tensor CudaBackend::concat_weight_rows(std::span<const Tensor> parts) {
-  MLA_CHECK(!parts.empty());
-  const int64_t cols = parts[0].shape[1];
-  int64_t rows = 0;
-  for (const Tensor& part : parts) {
-    MLA_CHECK(part.rank == 2 && part.dtype == parts[0].dtype);
-    MLA_CHECK_EQ(part.shape[1], cols);
-    rows += part.shape[0];
-  }
-  Tensor tensor = owned_tensor(parts[0].dtype, {rows, cols});
-  int64_t row = 0;
-  for (const Tensor& part : parts) {
-    Tensor block = tensor.slice(0, row, part.shape[0]);
-    copy(part, block);
-    row += part.shape[0];
-  }
+Tensor CudaBackend::new_weight(DType dtype, int64_t rows, int64_t cols) {
+  Tensor tensor = owned_tensor(dtype, {rows, cols});
   stats_.weight_bytes += static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype);
   return tensor;
 }

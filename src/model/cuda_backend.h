@@ -59,7 +59,7 @@ struct OpProfileEntry {
 
 struct CudaBackendStats {
   size_t weight_bytes = 0;  // device bytes of every upload_weight / random_weight /
-                            // repack_weight, less released ones
+                            // concat_weight_rows, less released ones
   size_t cache_bytes = 0;   // device bytes of allocations outside steps (latent caches)
   int graphs_captured = 0;
   int64_t graph_replays = 0;
@@ -92,9 +92,8 @@ class CudaBackend final : public Backend {
   // Filled on the device (kernels/fill.h: ≈ Normal(0, stddev) clipped at 4 stddev), bf16.
   Tensor random_weight(const std::string& name, std::initializer_list<int64_t> shape, uint64_t seed,
                        float stddev) override;
-  Tensor repack_weight(const Tensor& src) override;
   void release_weight(Tensor& weight) override;
-  Tensor concat_weight_rows(std::span<const Tensor> parts) override;
+  Tensor new_weight(DType dtype, int64_t rows, int64_t cols) override;
   void fill(Tensor& dst, float value) override;
   void copy_to_host(const Tensor& src, float* dst) override;
   void begin_step(const StepPlan& plan) override;
