@@ -1,4 +1,5 @@
-// measure_ceilings(): a large device-to-device copy and a cuBLAS bf16 GEMM on random data.
+// measure_ceilings(): a large device-to-device copy and a cuBLAS bf16 GEMM on random data, and
+// the event-timed cost of a one-block kernel after the L2 flush.
 #include "bench/ceilings.h"
 
 #include <cublas_v2.h>
@@ -43,6 +44,15 @@ Ceilings measure_ceilings(cudaStream_t stream, int runs) {
         runs, 3, false);
     MLA_CUBLAS_CHECK(cublasDestroy(handle));
     ceilings.gemm_tflops = 2.0 * n * n * double(n) / us * 1e-6;
+  }
+  {
+    cuda::DeviceBuffer<bf16> one(1);
+    ceilings.launch_floor_us = timer.median_us(
+        [&] {
+          kernels::launch_fill_random_bf16(one.data(), 1, {13, 1.f, 1.f}, stream);
+        },
+        runs, 2,
+        /*flush_l2=*/true);
   }
   return ceilings;
 }

@@ -64,7 +64,8 @@ nlohmann::json decode_bench_json(const BenchRunInfo& info, const Ceilings& ceili
   json["commit"] = info.commit;
   json["flashmla_reference"] = info.flashmla_reference;
   json["ceilings_same_run"] = {{"copy_GBps_read_plus_write", ceilings.copy_gbps},
-                               {"bf16_gemm_8192_TFLOPS", ceilings.gemm_tflops}};
+                               {"bf16_gemm_8192_TFLOPS", ceilings.gemm_tflops},
+                               {"one_block_kernel_us", ceilings.launch_floor_us}};
   json["formulas"] = {{"bytes", "b*(s_q*h_q*576*2 + mean_s_k*576*2 + s_q*h_q*512*2)"},
                       {"flops", "2*b*s_q*h_q*mean_s_k*(576+512)"}};
   nlohmann::json out_rows = nlohmann::json::array();

@@ -35,6 +35,13 @@ __device__ __forceinline__ void wait_parity(uint32_t barrier, uint32_t parity) {
   } while (!done);
 }
 
+// Fetches a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache, so the
+// first copy that uses it does not wait for it.
+__device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensor_map))
+               : "memory");
+}
+
 // An L2 policy that evicts the copied lines first (data read once, like a KV cache page).
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;

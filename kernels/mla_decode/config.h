@@ -30,11 +30,12 @@ inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O p
 inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
 inline constexpr int kPlanThreads = 1024;
 // kFast uses the split-parallel combine when there are at least this many parts per sequence
-// (sequences will split many ways) and at most this many query rows in all (measured 2026-11-30:
-// b = 1 wins 1.4-2.3×, b = 8 with h_q = 128 loses 2× with it).
-inline constexpr int kSplitParallelCombineMinPartsPerSeq = 48;
-inline constexpr int kSplitParallelCombineMaxRows = 1024;
-inline constexpr int kFusedMergeUnroll = 8;  // pieces in flight per thread and row in the merge
+// (sequences will split many ways) and at most this many query rows in all (overridable for
+// measuring: MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ, MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS).
+inline constexpr int kSplitParallelCombineMinPartsPerSeq = 8;
+inline constexpr int kSplitParallelCombineMaxRows = 256;
+inline constexpr int kCombineSplitsPerLane = 8;  // split-parallel combine: loads in flight per lane
+inline constexpr int kFusedMergeUnroll = 8;      // pieces in flight per thread and row in the merge
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);

@@ -20,7 +20,6 @@ namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
                         int min_cost_per_part, cudaStream_t stream);
-void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream);
 }  // namespace decode
 
 namespace {
@@ -89,6 +88,25 @@ int64_t environment_count(const char* name, int64_t max_value) {
   require(*end == '\0' && value >= 0 && value <= max_value,
           fmt::format("{} must be an integer in [0, {}], got '{}'", name, max_value, text));
   return value;
+}
+
+// The launched combine's kernel: kFast's split-parallel one when sequences split many ways and
+// rows are few (kSplitParallelCombine*, or their environment overrides), else one warp per row.
+decode::DecodeCombineLaunch launched_combine_kind(const decode::DecodeKernelArgs& args, bool fast) {
+  using decode::DecodeCombineLaunch;
+  if (!fast) return DecodeCombineLaunch::kPerRow;
+  static const int64_t min_parts_from_environment =
+      environment_count("MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ", int64_t(1) << 24);
+  static const int64_t max_rows_from_environment =
+      environment_count("MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS", int64_t(1) << 40);
+  const int64_t min_parts = min_parts_from_environment >= 0
+                                ? min_parts_from_environment
+                                : decode::kSplitParallelCombineMinPartsPerSeq;
+  const int64_t max_rows = max_rows_from_environment >= 0 ? max_rows_from_environment
+                                                          : decode::kSplitParallelCombineMaxRows;
+  return decode::fast_wants_split_parallel_combine(args, min_parts, max_rows)
+             ? DecodeCombineLaunch::kSplitParallel
+             : DecodeCombineLaunch::kPerRowDependent;
 }
 
 }  // namespace
@@ -360,7 +378,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   }
   if (!fused_combine) {
     mark_phase("combine", stream);
-    decode::launch_combine_kernel(args, fast, stream);
+    decode::launch_combine_kernel(args, launched_combine_kind(args, fast), stream);
   }
 }
 

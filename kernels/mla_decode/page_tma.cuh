@@ -21,19 +21,31 @@
 
 namespace mla::kernels::decode {
 
-// One thread: page `page` of sequence `seq` (kv head `kv_head`) into the stage at `stage_smem`,
-// completing on the mbarrier at `barrier`.
-__device__ __forceinline__ void issue_page(const DecodeKernelArgs& args, uint32_t stage_smem,
-                                           uint32_t barrier, int seq, int page, int kv_head,
-                                           uint64_t l2_policy) {
+// The cache page id of page `page` of sequence `seq` (the block table).
+__device__ __forceinline__ int page_id_of(const DecodeKernelArgs& args, int seq, int page) {
   const MlaDecodeParams& p = args.params;
-  const int page_id = p.block_table[seq * p.block_table_batch_stride + page];
+  return p.block_table[seq * p.block_table_batch_stride + page];
+}
+
+// One thread: cache page `page_id` (kv head `kv_head`) into the stage at `stage_smem`, completing
+// on the mbarrier at `barrier`.
+__device__ __forceinline__ void issue_page_id(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                              uint32_t barrier, int page_id, int kv_head,
+                                              uint64_t l2_policy) {
   tma::arrive_expect_bytes(barrier, kPageBytes);
 #pragma unroll
   for (int block = 0; block < kChunksQK / 8; ++block) {
     tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
                  0, page_id, kv_head, l2_policy);
   }
+}
+
+// One thread: page `page` of sequence `seq` (kv head `kv_head`) into the stage at `stage_smem`,
+// completing on the mbarrier at `barrier`.
+__device__ __forceinline__ void issue_page(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                           uint32_t barrier, int seq, int page, int kv_head,
+                                           uint64_t l2_policy) {
+  issue_page_id(args, stage_smem, barrier, page_id_of(args, seq, page), kv_head, l2_policy);
 }
 
 // `threads` threads (thread index `tid` among them): zero the rows [tokens_valid, 64) of the
@@ -54,7 +66,6 @@ template <int kNumStages = kStages>
 struct PageTmaPipeline {
   uint32_t stages_smem = 0;   // stage 0 (1024-byte aligned); stage s at + s · kPageBytes
   uint32_t barriers = 0;      // the mbarrier of stage 0; stage s at + 8 s
-  uint64_t l2_policy = 0;     // thread 0 only
   uint32_t pages_done = 0;    // pages this CTA has consumed
   uint32_t pages_issued = 0;  // pages thread 0 has issued (issue_next only)
 
@@ -66,7 +77,6 @@ struct PageTmaPipeline {
       if ((stages_smem & 1023) != 0) __trap();  // the 128-byte swizzle needs 1024-byte alignment
       for (int stage = 0; stage < kNumStages; ++stage) tma::barrier_init(barriers + stage * 8, 1);
       tma::fence_barrier_init();
-      l2_policy = tma::evict_first_policy();
     }
   }
 
@@ -80,7 +90,8 @@ struct PageTmaPipeline {
   __device__ __forceinline__ void issue(const DecodeKernelArgs& args, int seq, int page,
                                         int kv_head, int ahead) const {
     const uint32_t stage = (pages_done + ahead) % kNumStages;
-    issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head, l2_policy);
+    issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head,
+               tma::evict_first_policy());
   }
 
   // Thread 0: the stream's next page (if any) into stage pages_issued mod kNumStages. Only for a
@@ -90,8 +101,37 @@ struct PageTmaPipeline {
     int seq, page;
     if (!stream.next(&seq, &page)) return;
     const uint32_t stage = pages_issued % kNumStages;
-    issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head, l2_policy);
+    issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head,
+               tma::evict_first_policy());
     ++pages_issued;
+  }
+
+  // Thread 0, before any other issue: the stream's first `kCount` pages, their block-table
+  // entries read together first (one round trip for all of them instead of one per page: each
+  // TMA issue is ordered after the loads before it).
+  template <int kCount>
+  __device__ __forceinline__ void issue_first(const DecodeKernelArgs& args, PartPageStream& stream,
+                                              int kv_head) {
+    static_assert(kCount >= 1 && kCount <= kNumStages);
+    int page_ids[kCount];
+    int count = 0;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      int seq, page;
+      if (count == i && stream.next(&seq, &page)) {
+        page_ids[i] = page_id_of(args, seq, page);
+        ++count;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      if (i < count) {
+        const uint32_t stage = pages_issued % kNumStages;
+        issue_page_id(args, stage_smem(stage), barriers + stage * 8, page_ids[i], kv_head,
+                      tma::evict_first_policy());
+        ++pages_issued;
+      }
+    }
   }
 
   // Everyone: wait for the current page, then clear its rows past the sequence's end (the caller

@@ -107,6 +107,14 @@ __global__ void __launch_bounds__(kPlanThreads)
     }
     part_first_seq[part] = lo;
   }
+  __syncthreads();
+
+  // Pass 4: each part's first piece, so a decode CTA starts from one load (DecodePartRecord).
+  const DecodePlanView view{args.plan, args.batch, args.num_parts};
+  auto* records = reinterpret_cast<DecodePartRecord*>(
+      args.plan + decode_part_records_offset(args.batch, args.num_parts));
+  for (int part = tid; part < args.num_parts; part += kPlanThreads)
+    records[part] = first_piece_record(view, args.seqlens, args.max_pages_per_seq, part);
 }
 
 // The largest of value(k) for k in [0, count), over a warp (lanes stride over k); -inf if none.
@@ -140,6 +148,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
   const int num_splits = plan.num_splits(batch_index);
   if (num_splits == 1) return;
+  ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
@@ -204,6 +213,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_split_parallel_kernel(const __grid_constant__ DecodeKernelArgs args) {
   constexpr int kColumns = 8;
   constexpr int kGroups = kDimV / kColumns;
+  constexpr int kSplitsPerLane = kCombineSplitsPerLane;
   const MlaDecodeParams& p = args.params;
   const int lane = threadIdx.x & 31;
   const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
@@ -225,31 +235,57 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
   };
 
-  const float max_lse =
-      warp_max(num_splits, lane, [&](int k) { return args.partial_lse[partial_index(k)]; });
-
+  // Rounds of 32 · kSplitsPerLane splits: every load of a round (each lane's log-sum-exps and
+  // partial columns) is issued before any is used, so a round costs one L2 round trip; the running
+  // maximum is shared by the warp and rescales what earlier rounds summed.
   float acc[kColumns] = {};
   float sum = 0.f;
-  if (max_lse != -INFINITY) {
-    for (int k = lane; k < num_splits; k += 32) {
-      const int64_t index = partial_index(k);
-      const float weight = expf(args.partial_lse[index] - max_lse);
+  float run_max = -INFINITY;
+  for (int base = 0; base < num_splits; base += 32 * kSplitsPerLane) {
+    float lse[kSplitsPerLane];
+    float4 lo[kSplitsPerLane], hi[kSplitsPerLane];
+#pragma unroll
+    for (int i = 0; i < kSplitsPerLane; ++i) {
+      const int k = base + lane + 32 * i;
+      lse[i] = -INFINITY;
+      if (k < num_splits) {
+        const int64_t index = partial_index(k);
+        const float4* partial =
+            reinterpret_cast<const float4*>(args.partial_out + index * kDimV + column0);
+        lse[i] = args.partial_lse[index];
+        lo[i] = partial[0];
+        hi[i] = partial[1];
+      }
+    }
+    float round_max = lse[0];
+#pragma unroll
+    for (int i = 1; i < kSplitsPerLane; ++i) round_max = fmaxf(round_max, lse[i]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      round_max = fmaxf(round_max, __shfl_xor_sync(0xffffffffu, round_max, offset));
+    const float new_max = fmaxf(run_max, round_max);
+    if (new_max == -INFINITY) continue;             // nothing seen yet (the same in every lane)
+    const float rescale = expf(run_max - new_max);  // 0 while run_max is -inf
+    sum *= rescale;
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) acc[c] *= rescale;
+    run_max = new_max;
+#pragma unroll
+    for (int i = 0; i < kSplitsPerLane; ++i) {
+      const float weight = expf(lse[i] - run_max);
+      if (weight == 0.f) continue;  // an empty piece (or none): its partial may be unwritten
       sum += weight;
-      if (weight == 0.f) continue;
-      const float4* partial =
-          reinterpret_cast<const float4*>(args.partial_out + index * kDimV + column0);
-      const float4 lo = partial[0];
-      const float4 hi = partial[1];
-      acc[0] += weight * lo.x;
-      acc[1] += weight * lo.y;
-      acc[2] += weight * lo.z;
-      acc[3] += weight * lo.w;
-      acc[4] += weight * hi.x;
-      acc[5] += weight * hi.y;
-      acc[6] += weight * hi.z;
-      acc[7] += weight * hi.w;
+      acc[0] += weight * lo[i].x;
+      acc[1] += weight * lo[i].y;
+      acc[2] += weight * lo[i].z;
+      acc[3] += weight * lo[i].w;
+      acc[4] += weight * hi[i].x;
+      acc[5] += weight * hi[i].y;
+      acc[6] += weight * hi[i].z;
+      acc[7] += weight * hi[i].w;
     }
   }
+  const float max_lse = run_max;
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -288,23 +324,27 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 
-void launch_combine_kernel(const DecodeKernelArgs& args, bool fast, cudaStream_t stream) {
+void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,
+                           cudaStream_t stream) {
   const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
-  // kFast (without its fused combine), when sequences are expected to split many ways and rows are
-  // few: lanes over splits.
-  const bool split_parallel = fast && fast_wants_split_parallel_combine(args);
-  if (!split_parallel) {
-    const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
-    mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
-    MLA_CHECK_LAUNCH("mla_decode_combine");
+  if (how == DecodeCombineLaunch::kSplitParallel) {
+    const int warps = rows * (kDimV / 8);
+    launch_programmatic_dependent(
+        mla_decode_combine_split_parallel_kernel,
+        dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch),
+        dim3(kCombineRowsPerBlock * 32), 0, stream, args);
+    MLA_CHECK_LAUNCH("mla_decode_combine_split_parallel (programmatic dependent launch)");
     return;
   }
-  const int warps = rows * (kDimV / 8);
-  launch_programmatic_dependent(
-      mla_decode_combine_split_parallel_kernel,
-      dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch),
-      dim3(kCombineRowsPerBlock * 32), 0, stream, args);
-  MLA_CHECK_LAUNCH("mla_decode_combine_split_parallel (programmatic dependent launch)");
+  const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
+  if (how == DecodeCombineLaunch::kPerRowDependent) {
+    launch_programmatic_dependent(mla_decode_combine_kernel, grid, dim3(kCombineRowsPerBlock * 32),
+                                  0, stream, args);
+    MLA_CHECK_LAUNCH("mla_decode_combine (programmatic dependent launch)");
+    return;
+  }
+  mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
+  MLA_CHECK_LAUNCH("mla_decode_combine");
 }
 
 }  // namespace decode

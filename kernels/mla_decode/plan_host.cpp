@@ -31,6 +31,11 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
   plan[1] = split_begin[batch];
   plan[2] = batch;
   plan[3] = num_parts;
+  const DecodePlanView view{plan.data(), batch, num_parts};
+  auto* records = reinterpret_cast<DecodePartRecord*>(plan.data() +
+                                                      decode_part_records_offset(batch, num_parts));
+  for (int part = 0; part < num_parts; ++part)
+    records[part] = first_piece_record(view, seqlens, max_pages_per_seq, part);
   return plan;
 }
 

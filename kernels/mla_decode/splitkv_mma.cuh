@@ -79,20 +79,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
+  if (tid == 0) tma::prefetch_tensor_map(&args.kv_tensor_map);
+  // A programmatically dependent combine may be scheduled now: it waits for this grid to finish
+  // before reading anything, and only SMs this grid has left take its CTAs.
+  ptx::launch_dependents();
+
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
-  PartPageStream prefetch(cursor);  // thread 0's look-ahead: the same pages, issued ahead
+  DecodePiece piece;
+  const bool has_work = cursor.first(&piece);
+  // Thread 0's look-ahead: the same pages, issued ahead.
+  PartPageStream prefetch(cursor, has_work, piece);
 
   PageTmaPipeline<kMmaStages> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
-  if (tid == 0) {
-    for (int ahead = 0; ahead < kMmaStages - 1; ++ahead)
-      pipeline.issue_next(args, prefetch, kv_head);
-  }
+  if (tid == 0) pipeline.issue_first<kMmaStages - 1>(args, prefetch, kv_head);
   __syncthreads();
 
-  DecodePiece piece;
-  while (cursor.next(&piece)) {
+  for (bool more = has_work; more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
     // Queries of this tile → registers, through the stage the page after next will use (rows

@@ -119,6 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     tma::fence_barrier_init();
   }
+  if (tid == 0) tma::prefetch_tensor_map(&args.kv_tensor_map);
+  ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
   const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   __syncthreads();
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
   uint32_t pages_before = 0;  // CTA pages of earlier pieces: page j of this piece is + j
-  while (cursor.next(&piece)) {
+  for (bool more = cursor.first(&piece); more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
     const int num_pages = piece.page_end - piece.page_begin;
     const uint32_t base = pages_before;

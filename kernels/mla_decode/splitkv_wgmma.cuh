@@ -70,6 +70,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t p_smem = ptx::smem_address(smem.p);
   if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
 
+  if (tid == 0) tma::prefetch_tensor_map(&args.kv_tensor_map);
+  ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   PageTmaPipeline<2> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
-  while (cursor.next(&piece)) {
+  for (bool more = cursor.first(&piece); more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
     loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);

@@ -46,14 +46,15 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   PlanCheck result;
   for (int part = 0; part < num_parts; ++part) {
     PartPieceCursor cursor(plan, seqlens.data(), max_pages_per_seq, part);
+    DecodePiece piece;
+    const bool has_work = cursor.first(&piece);
     // The kernels' look-ahead walks the same pages in the same order, pieces one after another.
-    PartPageStream stream(cursor);
+    PartPageStream stream(cursor, has_work, piece);
     std::vector<std::pair<int, int>> streamed, walked;
     for (int seq, page; stream.next(&seq, &page);) streamed.emplace_back(seq, page);
-    DecodePiece piece;
     int cost = 0;
     int previous_seq = -1;
-    while (cursor.next(&piece)) {
+    for (bool more = has_work; more; more = cursor.next(&piece)) {
       for (int j = piece.page_begin; j < piece.page_end; ++j) walked.emplace_back(piece.seq, j);
       ++result.total_pieces;
       EXPECT_GT(piece.seq, previous_seq) << "pieces of a part are in sequence order";
@@ -75,6 +76,27 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
     }
     result.max_part_cost = std::max(result.max_part_cost, cost);
     EXPECT_EQ(streamed, walked) << "part " << part << ": the page stream is not the pieces' pages";
+    // The part's record (its first piece, read by the kernels) against a scan from
+    // part_first_seq: the same pieces, in the same order.
+    PartPieceCursor scan = PartPieceCursor::scanning(plan, seqlens.data(), max_pages_per_seq, part);
+    std::vector<std::pair<int, int>> scanned;
+    DecodePiece scanned_piece;
+    std::vector<int> scanned_splits;
+    while (scan.next(&scanned_piece)) {
+      for (int j = scanned_piece.page_begin; j < scanned_piece.page_end; ++j)
+        scanned.emplace_back(scanned_piece.seq, j);
+      scanned_splits.push_back(scanned_piece.split_index);
+    }
+    EXPECT_EQ(scanned, walked) << "part " << part << ": its record disagrees with the scan";
+    const DecodePartRecord& record = plan.part_records()[part];
+    EXPECT_EQ(record.cost_per_part, plan.cost_per_part());
+    if (scanned.empty()) {
+      EXPECT_EQ(record.seq, -1) << "part " << part << " has no work";
+    } else {
+      EXPECT_EQ(record.seq, scanned.front().first);
+      EXPECT_EQ(record.page_begin, scanned.front().second);
+      EXPECT_EQ(record.split_index, scanned_splits.front());
+    }
   }
   for (int b = 0; b < batch; ++b) {
     for (int j = 0; j < pages[b]; ++j)

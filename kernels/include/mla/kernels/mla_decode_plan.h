@@ -97,11 +97,33 @@ MLA_HOST_DEVICE int num_splits_of(int cost_begin, int num_pages, int per_part) {
   return (first + num_pages - 1) / per_part - first / per_part + 1;
 }
 
+// A part's first piece, precomputed by the plan so a decode CTA learns where to start with one
+// 32-byte load instead of a chain of dependent ones (plan header → part_first_seq → cost_begin and
+// seqlens → split_begin): at small batches that chain was most of the time before the first page
+// could be requested. seq = -1: the part has no work.
+struct alignas(16) DecodePartRecord {
+  int32_t seq = -1;
+  int32_t seqlen = 0;  // clamped
+  int32_t page_begin = 0;
+  int32_t page_end = 0;
+  int32_t split_index = 0;
+  int32_t num_splits = 0;
+  int32_t cost_per_part = 0;  // the plan's C, so the part's later pieces need no header load
+  int32_t reserved = 0;
+};
+inline constexpr int kDecodePartRecordInts = 8;
+static_assert(sizeof(DecodePartRecord) == kDecodePartRecordInts * sizeof(int32_t));
+
 // Sizes of the plan arrays, in int32, laid out one after another:
 // header[kDecodePlanHeaderInts], cost_begin[batch + 1], split_begin[batch + 1],
-// part_first_seq[num_parts].
+// part_first_seq[num_parts], then (from a multiple of 8 ints, so 32-byte aligned when the plan is)
+// part_records[num_parts] of kDecodePartRecordInts.
+MLA_HOST_DEVICE int64_t decode_part_records_offset(int batch, int num_parts) {
+  const int64_t ints = kDecodePlanHeaderInts + 2 * (int64_t(batch) + 1) + num_parts;
+  return (ints + kDecodePartRecordInts - 1) / kDecodePartRecordInts * kDecodePartRecordInts;
+}
 MLA_HOST_DEVICE int64_t decode_plan_ints(int batch, int num_parts) {
-  return kDecodePlanHeaderInts + 2 * (int64_t(batch) + 1) + num_parts;
+  return decode_part_records_offset(batch, num_parts) + int64_t(kDecodePartRecordInts) * num_parts;
 }
 
 // A view of a plan in memory (device or host), over one int32 array of decode_plan_ints() values.
@@ -118,6 +140,10 @@ struct DecodePlanView {
   MLA_HOST_DEVICE int num_splits(int seq) const {
     return split_begin()[seq + 1] - split_begin()[seq];
   }
+  MLA_HOST_DEVICE const DecodePartRecord* part_records() const {
+    return reinterpret_cast<const DecodePartRecord*>(data +
+                                                     decode_part_records_offset(batch, num_parts));
+  }
 };
 
 // One piece of work of a part: pages [page_begin, page_end) of sequence `seq`.
@@ -130,33 +156,59 @@ struct DecodePiece {
   int num_splits = 0;   // pieces of this sequence; 1 means the piece writes the final output
 };
 
-// Walks the pieces of part `part` in order. Used by the decode kernel and by the CPU tests.
+// Walks the pieces of part `part` in order: first(), then next() until it returns false. Used by
+// the decode kernels and by the CPU tests. The first piece comes from the part's record (one
+// load); the later ones are found by scanning the cost prefix from the sequence after it.
+// scanning() walks every piece by the scan from part_first_seq (next() only): the plan builders use
+// it to fill the records.
 class PartPieceCursor {
  public:
   MLA_HOST_DEVICE PartPieceCursor(const DecodePlanView& plan, const int32_t* seqlens,
                                   int max_pages_per_seq, int part)
-      : plan_(plan),
-        seqlens_(seqlens),
-        max_pages_per_seq_(max_pages_per_seq),
-        unit_begin_(part * plan.cost_per_part()),
-        unit_end_(unit_begin_ + plan.cost_per_part()),
-        part_(part),
-        seq_(plan.part_first_seq()[part]) {}
+      : plan_(plan), seqlens_(seqlens), max_pages_per_seq_(max_pages_per_seq), part_(part) {}
 
+  MLA_HOST_DEVICE static PartPieceCursor scanning(const DecodePlanView& plan,
+                                                  const int32_t* seqlens, int max_pages_per_seq,
+                                                  int part) {
+    PartPieceCursor cursor(plan, seqlens, max_pages_per_seq, part);
+    cursor.start_scan(plan.cost_per_part(), plan.part_first_seq()[part]);
+    return cursor;
+  }
+
+  // The part's first piece, from its record; false if the part has no work. Call once, first.
+  MLA_HOST_DEVICE bool first(DecodePiece* piece) {
+    const DecodePartRecord record = load_record(plan_.part_records() + part_);
+    if (record.seq < 0) {
+      start_scan(1, plan_.batch);  // nothing here, nothing after
+      return false;
+    }
+    start_scan(record.cost_per_part, record.seq + 1);
+    piece->seq = record.seq;
+    piece->seqlen = record.seqlen;
+    piece->page_begin = record.page_begin;
+    piece->page_end = record.page_end;
+    piece->split_index = record.split_index;
+    piece->num_splits = record.num_splits;
+    return true;
+  }
+
+  // The next piece, after first() (or from the start, for a scanning() cursor).
   MLA_HOST_DEVICE bool next(DecodePiece* piece) {
     const int32_t* cost_begin = plan_.cost_begin();
-    for (; seq_ < plan_.batch && cost_begin[seq_] < unit_end_; ++seq_) {
+    const int unit_begin = part_ * per_part_;
+    const int unit_end = unit_begin + per_part_;
+    for (; seq_ < plan_.batch && cost_begin[seq_] < unit_end; ++seq_) {
       const int seqlen = clamp_seqlen(seqlens_[seq_], max_pages_per_seq_);
       const int num_pages = num_pages_of(seqlen);
       const int first = first_page_unit(cost_begin[seq_]);
-      const int begin = clamp_index(unit_begin_ - first, num_pages);
-      const int end = clamp_index(unit_end_ - first, num_pages);
+      const int begin = clamp_index(unit_begin - first, num_pages);
+      const int end = clamp_index(unit_end - first, num_pages);
       if (begin >= end) continue;
       piece->seq = seq_;
       piece->seqlen = seqlen;
       piece->page_begin = begin;
       piece->page_end = end;
-      piece->split_index = plan_.split_begin()[seq_] + part_ - first / plan_.cost_per_part();
+      piece->split_index = plan_.split_begin()[seq_] + part_ - first / per_part_;
       piece->num_splits = plan_.num_splits(seq_);
       ++seq_;
       return true;
@@ -168,24 +220,73 @@ class PartPieceCursor {
   MLA_HOST_DEVICE static int clamp_index(int value, int upper) {
     return value < 0 ? 0 : value > upper ? upper : value;
   }
+  MLA_HOST_DEVICE static DecodePartRecord load_record(const DecodePartRecord* record) {
+#if defined(__CUDA_ARCH__)
+    // Two 16-byte loads in flight at once (the record is 32-byte aligned).
+    const int4 lo = reinterpret_cast<const int4*>(record)[0];
+    const int4 hi = reinterpret_cast<const int4*>(record)[1];
+    DecodePartRecord result;
+    result.seq = lo.x;
+    result.seqlen = lo.y;
+    result.page_begin = lo.z;
+    result.page_end = lo.w;
+    result.split_index = hi.x;
+    result.num_splits = hi.y;
+    result.cost_per_part = hi.z;
+    result.reserved = hi.w;
+    return result;
+#else
+    return *record;
+#endif
+  }
+  MLA_HOST_DEVICE void start_scan(int per_part, int seq) {
+    per_part_ = per_part > 0 ? per_part : 1;
+    seq_ = seq;
+  }
   DecodePlanView plan_;
   const int32_t* seqlens_;
   int max_pages_per_seq_;
-  int unit_begin_;
-  int unit_end_;
   int part_;
-  int seq_;
+  int per_part_ = 1;  // the plan's C (from the record, or the header when scanning())
+  int seq_ = 0;       // the next sequence the scan looks at
 };
+
+// The first piece of part `part` as its record (what the plan builders store).
+MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
+                                                    const int32_t* seqlens, int max_pages_per_seq,
+                                                    int part) {
+  PartPieceCursor cursor = PartPieceCursor::scanning(plan, seqlens, max_pages_per_seq, part);
+  DecodePartRecord record;
+  record.cost_per_part = plan.cost_per_part();
+  DecodePiece piece;
+  if (!cursor.next(&piece)) return record;  // seq = -1
+  record.seq = piece.seq;
+  record.seqlen = piece.seqlen;
+  record.page_begin = piece.page_begin;
+  record.page_end = piece.page_end;
+  record.split_index = piece.split_index;
+  record.num_splits = piece.num_splits;
+  return record;
+}
 
 // The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
 // look-ahead for the decode kernels' page pipeline; the CPU tests check it against the pieces).
+// Made from a cursor that has just returned the part's first piece (has_first: the part has one).
 struct PartPageStream {
   PartPieceCursor cursor;
   int seq = 0;
   int page = 0;      // the next page of the current piece
-  int page_end = 0;  // the current piece's end (0 before the first piece)
+  int page_end = 0;  // the current piece's end (0: none)
 
-  MLA_HOST_DEVICE explicit PartPageStream(const PartPieceCursor& part) : cursor(part) {}
+  MLA_HOST_DEVICE PartPageStream(const PartPieceCursor& after_first, bool has_first,
+                                 const DecodePiece& first_piece)
+      : cursor(after_first) {
+    if (has_first) {
+      seq = first_piece.seq;
+      page = first_piece.page_begin;
+      page_end = first_piece.page_end;
+    }
+  }
 
   MLA_HOST_DEVICE bool next(int* next_seq, int* next_page) {
     if (page >= page_end) {
