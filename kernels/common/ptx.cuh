@@ -46,6 +46,13 @@ __device__ __forceinline__ void wait_for_preceding_grid() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
+// A 32-bit load with acquire semantics at GPU scope (a flag another CTA releases).
+__device__ __forceinline__ int load_acquire_gpu(const int* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
 // Four 8×8 b16 matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -35,7 +35,9 @@ inline constexpr int kPlanThreads = 1024;
 inline constexpr int kSplitParallelCombineMinPartsPerSeq = 8;
 inline constexpr int kSplitParallelCombineMaxRows = 256;
 inline constexpr int kCombineSplitsPerLane = 8;  // split-parallel combine: loads in flight per lane
-inline constexpr int kFusedMergeUnroll = 8;      // pieces in flight per thread and row in the merge
+// The fused combine's merge: pieces in flight per lane (few: the split-KV kernels have no
+// registers to spare, and its teams of lanes are wide).
+inline constexpr int kFusedMergeSplitsPerLane = 1;
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);

@@ -324,7 +324,8 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
 }
 
 void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
-  check_mla_decode_args(params, current_decode_device_facts());
+  const DecodeDeviceFacts device = current_decode_device_facts();
+  check_mla_decode_args(params, device);
   if (params.batch == 0) return;
   decode::DecodeKernelArgs args;
   args.params = params;
@@ -343,7 +344,16 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
   // kFast's fused combine: the split-KV kernel merges split sequences itself, no combine launch.
-  const bool fused_combine = resolved_decode_combine(params) == MlaDecodeCombine::kFused;
+  // Its CTAs wait for each other, so all of them must be resident at once: at most one per SM.
+  const int64_t grid_ctas =
+      int64_t(args.shape.num_parts) * params.num_heads_kv * args.shape.num_row_tiles;
+  const bool all_resident = grid_ctas <= device.num_sms;
+  require(all_resident || params.combine != MlaDecodeCombine::kFused,
+          fmt::format("combine kFused needs every CTA resident at once: the grid has {} CTAs "
+                      "(num_sms {}), the device has {} SMs",
+                      grid_ctas, params.num_sms, device.num_sms));
+  const bool fused_combine =
+      all_resident && resolved_decode_combine(params) == MlaDecodeCombine::kFused;
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;

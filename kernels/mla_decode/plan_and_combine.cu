@@ -10,6 +10,7 @@
 #include "common/ptx.cuh"
 #include "cuda/check.h"
 #include "mla_decode/config.h"
+#include "mla_decode/fused_combine.cuh"
 #include "mla_decode/kernel_args.h"
 
 namespace mla::kernels {
@@ -115,6 +116,11 @@ __global__ void __launch_bounds__(kPlanThreads)
       args.plan + decode_part_records_offset(args.batch, args.num_parts));
   for (int part = tid; part < args.num_parts; part += kPlanThreads)
     records[part] = first_piece_record(view, args.seqlens, args.max_pages_per_seq, part);
+  // The padding before the records is 0, as on the host (the plans compare word for word).
+  const int64_t padding_begin = part_first_seq + args.num_parts - args.plan;
+  for (int64_t i = padding_begin + tid; i < decode_part_records_offset(args.batch, args.num_parts);
+       i += kPlanThreads)
+    args.plan[i] = 0;
 }
 
 // The largest of value(k) for k in [0, count), over a warp (lanes stride over k); -inf if none.
@@ -206,21 +212,18 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 }
 
 // kFast's combine when sequences split many ways (small batches): one warp per (sequence, kv head,
-// row, 8 output columns), lanes striding over the splits, then a butterfly sum across the warp.
-// Launched as a programmatically dependent grid: it may start launching while the split-KV kernel
-// finishes, and waits (griddepcontrol.wait) before reading the partials.
+// row, 8 output columns), lanes striding over the splits (merge_columns), then a butterfly sum
+// across the warp. Launched as a programmatically dependent grid: it may start launching while the
+// split-KV kernel finishes, and waits (griddepcontrol.wait) before reading the partials.
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_split_parallel_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  constexpr int kColumns = 8;
-  constexpr int kGroups = kDimV / kColumns;
-  constexpr int kSplitsPerLane = kCombineSplitsPerLane;
   const MlaDecodeParams& p = args.params;
   const int lane = threadIdx.x & 31;
   const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
   const int rows_total = args.shape.rows_per_kv_head;
-  if (warp_index >= p.num_heads_kv * rows_total * kGroups) return;
-  const int row_index = warp_index / kGroups;
-  const int column0 = (warp_index % kGroups) * kColumns;
+  if (warp_index >= p.num_heads_kv * rows_total * kMergeGroups) return;
+  const int row_index = warp_index / kMergeGroups;
+  const int column0 = (warp_index % kMergeGroups) * kMergeColumns;
   const int batch_index = blockIdx.y;
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
   const int num_splits = plan.num_splits(batch_index);
@@ -229,82 +232,13 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
-  const auto [s, head] = query_row(args, kv_head, r);
-  const int split0 = plan.split_begin()[batch_index];
-  auto partial_index = [&](int k) {
-    return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
-  };
-
-  // Rounds of 32 · kSplitsPerLane splits: every load of a round (each lane's log-sum-exps and
-  // partial columns) is issued before any is used, so a round costs one L2 round trip; the running
-  // maximum is shared by the warp and rescales what earlier rounds summed.
-  float acc[kColumns] = {};
-  float sum = 0.f;
-  float run_max = -INFINITY;
-  for (int base = 0; base < num_splits; base += 32 * kSplitsPerLane) {
-    float lse[kSplitsPerLane];
-    float4 lo[kSplitsPerLane], hi[kSplitsPerLane];
-#pragma unroll
-    for (int i = 0; i < kSplitsPerLane; ++i) {
-      const int k = base + lane + 32 * i;
-      lse[i] = -INFINITY;
-      if (k < num_splits) {
-        const int64_t index = partial_index(k);
-        const float4* partial =
-            reinterpret_cast<const float4*>(args.partial_out + index * kDimV + column0);
-        lse[i] = args.partial_lse[index];
-        lo[i] = partial[0];
-        hi[i] = partial[1];
-      }
-    }
-    float round_max = lse[0];
-#pragma unroll
-    for (int i = 1; i < kSplitsPerLane; ++i) round_max = fmaxf(round_max, lse[i]);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-      round_max = fmaxf(round_max, __shfl_xor_sync(0xffffffffu, round_max, offset));
-    const float new_max = fmaxf(run_max, round_max);
-    if (new_max == -INFINITY) continue;             // nothing seen yet (the same in every lane)
-    const float rescale = expf(run_max - new_max);  // 0 while run_max is -inf
-    sum *= rescale;
-#pragma unroll
-    for (int c = 0; c < kColumns; ++c) acc[c] *= rescale;
-    run_max = new_max;
-#pragma unroll
-    for (int i = 0; i < kSplitsPerLane; ++i) {
-      const float weight = expf(lse[i] - run_max);
-      if (weight == 0.f) continue;  // an empty piece (or none): its partial may be unwritten
-      sum += weight;
-      acc[0] += weight * lo[i].x;
-      acc[1] += weight * lo[i].y;
-      acc[2] += weight * lo[i].z;
-      acc[3] += weight * lo[i].w;
-      acc[4] += weight * hi[i].x;
-      acc[5] += weight * hi[i].y;
-      acc[6] += weight * hi[i].z;
-      acc[7] += weight * hi[i].w;
-    }
-  }
-  const float max_lse = run_max;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-#pragma unroll
-    for (int c = 0; c < kColumns; ++c) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], offset);
-  }
-  if (lane != 0) return;
-  const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
-  uint32_t packed[kColumns / 2];
-#pragma unroll
-  for (int c = 0; c < kColumns / 2; ++c)
-    packed[c] = ptx::pack_bf16x2(acc[2 * c] * inv_sum, acc[2 * c + 1] * inv_sum);
-  auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
-                  s * p.out_seq_stride + head * p.out_head_stride + column0;
-  *reinterpret_cast<uint4*>(out_row) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  if (column0 == 0) {
-    p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
-        sum > 0.f ? max_lse + logf(sum) : INFINITY;
-  }
+  const int64_t piece_stride = static_cast<int64_t>(p.num_heads_kv) * rows_total;
+  const int64_t row0 = static_cast<int64_t>(plan.split_begin()[batch_index]) * piece_stride +
+                       static_cast<int64_t>(kv_head) * rows_total + r;
+  const MergedColumns m = merge_columns<kCombineSplitsPerLane>(
+      args.partial_lse + row0, piece_stride, args.partial_out + row0 * kDimV + column0,
+      piece_stride * kDimV, num_splits, true, 32, lane);
+  if (lane == 0) write_merged_columns(args, batch_index, kv_head, r, column0, m);
 }
 
 }  // namespace

@@ -336,13 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if constexpr (kFusedCombine) {
-      // Merge scratch: P's shared memory (row maxima and 1/sums) and a word of row_partial, both
-      // rewritten only after the next piece's first __syncthreads().
-      static_assert(sizeof(smem.p) >= 2 * kRowsPerTile * sizeof(float));
-      if (!final_output)
-        finish_split_piece<kRowsPerTile>(args, plan, piece, kv_head, tile_row0,
-                                         reinterpret_cast<float*>(smem.p),
-                                         reinterpret_cast<int*>(&smem.row_partial[0][0]));
+      if (!final_output) finish_split_piece<kRowsPerTile>(args, plan, piece, kv_head, tile_row0);
     }
   }
   if constexpr (kFusedCombine) write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);

@@ -368,13 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  row_sum_part, row_max_run, o_acc, smem.row_partial);
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
-      // Merge scratch: P's shared memory (row maxima and 1/sums) and a word of row_partial, both
-      // rewritten only after the next piece's first __syncthreads().
-      static_assert(sizeof(smem.p) >= 2 * kSeesawRows * sizeof(float));
-      if (!final_output)
-        finish_split_piece<kSeesawRows>(args, plan, piece, kv_head, tile_row0,
-                                        reinterpret_cast<float*>(smem.p),
-                                        reinterpret_cast<int*>(&smem.row_partial[0][0]));
+      if (!final_output) finish_split_piece<kSeesawRows>(args, plan, piece, kv_head, tile_row0);
     }
   }
   if constexpr (kFusedCombine) write_empty_sequences<kSeesawRows>(args, plan, kv_head, tile_row0);
