@@ -35,9 +35,6 @@ inline constexpr int kPlanThreads = 1024;
 inline constexpr int kSplitParallelCombineMinPartsPerSeq = 8;
 inline constexpr int kSplitParallelCombineMaxRows = 256;
 inline constexpr int kCombineSplitsPerLane = 8;  // split-parallel combine: loads in flight per lane
-// The fused combine's merge: pieces in flight per lane (few: the split-KV kernels have no
-// registers to spare, and its teams of lanes are wide).
-inline constexpr int kFusedMergeSplitsPerLane = 1;
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);
@@ -61,6 +58,16 @@ struct TileConfig {
   static_assert(kRowGroups * kTokenGroups == kWarps);
 };
 
+// kFast's fused combine: the split pieces a CTA has arrived for and will merge its share of after
+// its last piece (at most two: a part's first and last pieces are the only ones that can be split).
+struct PendingMerges {
+  int count;
+  int seq[2];
+  int split_index[2];
+  int num_splits[2];
+  int target[2];  // arrivals to wait for (thread 0's ticket rounded up to the next launch's start)
+};
+
 // Shared memory of one CTA of the mma.sync body, in bytes (one struct, offsets in declaration
 // order). Its queries live in registers (staged through a free page stage once per piece), which
 // leaves room for a third page stage.
@@ -73,6 +80,7 @@ struct SharedStorage {
   float row_alpha[kRowsPerTile];              // rescale of O for this page
   float row_max[kRowsPerTile];                // final running max (base-2 scaled)
   alignas(8) uint64_t page_full[kMmaStages];  // TMA completion, one barrier per stage
+  PendingMerges pending;                      // the fused combine's split pieces
 };
 static_assert(sizeof(SharedStorage<16>) <= 227 * 1024, "must fit the sm_90 opt-in limit");
 inline constexpr int kPageBytes = kPageTokens * kDimQK * 2;  // 73,728

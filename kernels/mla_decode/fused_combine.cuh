@@ -2,13 +2,14 @@
 // split-parallel combine kernel and its fused combine, and the fused combine itself.
 //
 // Fused combine: every CTA that wrote a partial of a split sequence arrives on the sequence's
-// counter (sequence, kv head, row tile) in the workspace, waits until all of the sequence's pieces
-// have arrived, then merges its own share of the output columns: the sequence's n pieces split its
-// 64 groups of 8 columns n ways (piece i takes groups i, i + n, ...). No CTA merges alone and no
-// combine kernel is launched. Waiting needs every CTA of the grid resident at once: the grid is at
-// most num_sms CTAs of one per SM, and launch_mla_decode() only fuses when num_sms is at most the
-// device's SM count. Waits only ever go to pieces of the same sequence, and a part reaches a
-// sequence's piece after finishing the pieces of earlier sequences, so no cycle can form.
+// counter (sequence, kv head, row tile) in the workspace as soon as it has; after its part's last
+// piece it waits until all of the sequence's pieces have arrived, then merges its own share of the
+// output columns: the sequence's n pieces split its 64 groups of 8 columns n ways (piece i takes
+// groups i, i + n, ...), staged into the free page stages. No CTA merges alone and no combine
+// kernel is launched. Waiting needs every CTA of the grid resident at once: the grid is at most
+// one CTA per SM, and launch_mla_decode() only fuses when it fits the device's SM count. A CTA
+// waits only after computing all of its pieces, so every wait ends once the other CTAs have
+// computed theirs: no chains, no cycles.
 //
 // Counters never go back to 0 inside a step: each launch adds exactly n to a sequence's counter
 // (the plan kernel zeroes them per step), so a CTA whose ticket is t waits for
@@ -24,6 +25,7 @@
 #include <cstdint>
 
 #include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
 
@@ -133,50 +135,161 @@ __device__ __forceinline__ int* combine_counter(const DecodeKernelArgs& args, in
          blockIdx.y;
 }
 
-// Called by every thread after this CTA's partial stores for a piece of a sequence with
-// `num_splits` ≥ 2 pieces; returns once every piece of the sequence has stored its partial.
-__device__ __forceinline__ void arrive_and_wait_for_pieces(int* counter, int num_splits) {
+// After this CTA's partial stores for a piece of a sequence with ≥ 2 pieces (every thread calls
+// it): thread 0 arrives on the sequence's counter and records the piece in `pending` (shared
+// memory; read after the next __syncthreads()). The wait and the merge come after the part's last
+// piece (merge_pending_pieces), so no CTA waits while it still has pages to read.
+__device__ __forceinline__ void arrive_for_piece(const DecodeKernelArgs& args,
+                                                 const DecodePiece& piece, PendingMerges& pending) {
   __syncthreads();  // every thread's partial stores come before thread 0's release fence
   if (threadIdx.x == 0) {
     __threadfence();
-    const int ticket = atomicAdd(counter, 1);
-    const int target = (ticket / num_splits + 1) * num_splits;
-    while (ptx::load_acquire_gpu(counter) < target) __nanosleep(32);
-    __threadfence();  // acquire: the other pieces' partials before this CTA's reads
+    const int ticket = atomicAdd(combine_counter(args, piece.seq), 1);
+    const int i = pending.count;
+    if (i >= 2) __trap();  // a part's split pieces are its first and its last: never three
+    pending.seq[i] = piece.seq;
+    pending.split_index[i] = piece.split_index;
+    pending.num_splits[i] = piece.num_splits;
+    pending.target[i] = (ticket / piece.num_splits + 1) * piece.num_splits;
+    pending.count = i + 1;
   }
-  __syncthreads();
 }
 
 // This CTA's share of a sequence's merge: column groups slice, slice + n, ... (n = num_splits) of
-// the rows [tile_row0, tile_row0 + kRows) of kv head `kv_head`. Items (row, group) are spread
-// over teams of lanes as wide as the item count allows, each team striding over the pieces.
+// the rows [tile_row0, tile_row0 + kRows) of kv head `kv_head`. The share's partials and lse are
+// staged into `scratch` (shared memory, `scratch_floats` floats, 16-byte aligned, free) with
+// cp.async through L2, in chunks of pieces if they do not fit at once; then items (row, group) are
+// spread over teams of lanes as wide as the item count allows, each team striding over the pieces
+// with a running maximum.
 template <int kRows>
 __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int seq, int split0,
-                                            int num_splits, int slice, int kv_head, int tile_row0) {
+                                            int num_splits, int slice, int kv_head, int tile_row0,
+                                            float* scratch, int scratch_floats) {
   if (slice >= kMergeGroups) return;  // more pieces than groups: this one has no share
+  const int n = num_splits;
   const int rows_total = args.shape.rows_per_kv_head;
-  const int valid_rows = min(kRows, rows_total - tile_row0);
-  const int groups = (kMergeGroups - 1 - slice) / num_splits + 1;
-  const int items = valid_rows * groups;
+  const int rows = min(kRows, rows_total - tile_row0);
+  const int groups = (kMergeGroups - 1 - slice) / n + 1;
+  const int items = rows * groups;
   int team = 32;
   while (team > 1 && team * items > kThreads) team /= 2;
   const int teams = kThreads / team;
   const int tid = threadIdx.x;
   const int team_lane = tid % team;
   const int64_t piece_stride = static_cast<int64_t>(args.params.num_heads_kv) * rows_total;
-#pragma unroll 1
-  for (int item0 = 0; item0 < items; item0 += teams) {  // the same trip count in every thread
+  const int64_t row_base = static_cast<int64_t>(split0) * piece_stride +
+                           static_cast<int64_t>(kv_head) * rows_total + tile_row0;
+  // scratch: lse[chunk][rows] (rounded up to 4 floats), then partials[chunk][rows][groups][8].
+  const int split_floats = rows * (1 + groups * kMergeColumns);
+  const int chunk = min(n, (scratch_floats - 4) / split_floats);
+  float* lse_s = scratch;
+  float* part_s = scratch + (chunk * rows + 3) / 4 * 4;
+  auto stage = [&](int c0, int count) {
+    __syncthreads();  // everyone is done with the scratch's previous contents
+    const int copies = count * rows * groups * 2;
+    for (int i = tid; i < copies; i += kThreads) {
+      const int half = i & 1;
+      int t = i >> 1;
+      const int g = t % groups;
+      t /= groups;
+      const int row = t % rows;
+      const int k = t / rows;
+      const float* src = args.partial_out +
+                         (row_base + static_cast<int64_t>(c0 + k) * piece_stride + row) * kDimV +
+                         (slice + g * n) * kMergeColumns + half * 4;
+      ptx::cp_async_16(
+          ptx::smem_address(part_s + ((k * rows + row) * groups + g) * kMergeColumns + half * 4),
+          src, 16);
+    }
+    ptx::cp_async_commit();
+    for (int i = tid; i < count * rows; i += kThreads)
+      lse_s[i] = __ldcg(args.partial_lse + row_base +
+                        static_cast<int64_t>(c0 + i / rows) * piece_stride + i % rows);
+    ptx::cp_async_wait_all();
+    __syncthreads();
+  };
+  const bool whole = chunk >= n;
+  if (whole) stage(0, n);
+  for (int item0 = 0; item0 < items; item0 += teams) {  // the same trip counts in every thread
     const int item = item0 + tid / team;
     const bool active = item < items;
-    const int row = active ? item % valid_rows : 0;
-    const int column0 = (slice + (active ? item / valid_rows : 0) * num_splits) * kMergeColumns;
-    const int64_t row0 = static_cast<int64_t>(split0) * piece_stride +
-                         static_cast<int64_t>(kv_head) * rows_total + tile_row0 + row;
-    const MergedColumns m = merge_columns<kFusedMergeSplitsPerLane>(
-        args.partial_lse + row0, piece_stride, args.partial_out + row0 * kDimV + column0,
-        piece_stride * kDimV, num_splits, active, team, team_lane);
+    const int row = active ? item % rows : 0;
+    const int g = active ? item / rows : 0;
+    MergedColumns m;
+#pragma unroll
+    for (int c = 0; c < kMergeColumns; ++c) m.acc[c] = 0.f;
+    m.sum = 0.f;
+    m.max = -INFINITY;
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+      const int count = min(chunk, n - c0);
+      if (!whole) stage(c0, count);
+      float round_max = -INFINITY;
+      if (active)
+        for (int k = team_lane; k < count; k += team)
+          round_max = fmaxf(round_max, lse_s[k * rows + row]);
+      for (int offset = team / 2; offset > 0; offset /= 2)
+        round_max = fmaxf(round_max, __shfl_xor_sync(0xffffffffu, round_max, offset));
+      const float new_max = fmaxf(m.max, round_max);
+      if (new_max == -INFINITY) continue;           // nothing seen yet (the same across the team)
+      const float rescale = expf(m.max - new_max);  // 0 while m.max is -inf
+      m.sum *= rescale;
+#pragma unroll
+      for (int c = 0; c < kMergeColumns; ++c) m.acc[c] *= rescale;
+      m.max = new_max;
+      if (!active) continue;
+      for (int k = team_lane; k < count; k += team) {
+        const float weight = expf(lse_s[k * rows + row] - m.max);
+        if (weight == 0.f) continue;  // an empty piece: its partial may be unwritten
+        const float4* v = reinterpret_cast<const float4*>(part_s + ((k * rows + row) * groups + g) *
+                                                                       kMergeColumns);
+        const float4 lo = v[0];
+        const float4 hi = v[1];
+        m.sum += weight;
+        m.acc[0] += weight * lo.x;
+        m.acc[1] += weight * lo.y;
+        m.acc[2] += weight * lo.z;
+        m.acc[3] += weight * lo.w;
+        m.acc[4] += weight * hi.x;
+        m.acc[5] += weight * hi.y;
+        m.acc[6] += weight * hi.z;
+        m.acc[7] += weight * hi.w;
+      }
+    }
+    for (int offset = team / 2; offset > 0; offset /= 2) {
+      m.sum += __shfl_xor_sync(0xffffffffu, m.sum, offset);
+#pragma unroll
+      for (int c = 0; c < kMergeColumns; ++c)
+        m.acc[c] += __shfl_xor_sync(0xffffffffu, m.acc[c], offset);
+    }
     if (active && team_lane == 0)
-      write_merged_columns(args, seq, kv_head, tile_row0 + row, column0, m);
+      write_merged_columns(args, seq, kv_head, tile_row0 + row, (slice + g * n) * kMergeColumns, m);
+  }
+}
+
+// After the part's last piece (every thread calls it): for each split piece this CTA arrived for,
+// wait until all of its sequence's pieces have arrived, then merge this CTA's share. `scratch`:
+// shared memory no longer in use (the page stages), 16-byte aligned.
+template <int kRows>
+__device__ __forceinline__ void merge_pending_pieces(const DecodeKernelArgs& args,
+                                                     const DecodePlanView& plan,
+                                                     const PendingMerges& pending, int kv_head,
+                                                     int tile_row0, float* scratch,
+                                                     int scratch_floats) {
+  wgmma::fence_proxy_async_shared();  // the stages' async-proxy use before these generic writes
+  __syncthreads();                    // `pending` is complete
+  const int count = pending.count;
+  for (int i = 0; i < count; ++i) {
+    const int seq = pending.seq[i];
+    if (threadIdx.x == 0) {
+      const int* counter = combine_counter(args, seq);
+      while (ptx::load_acquire_gpu(counter) < pending.target[i]) __nanosleep(32);
+      __threadfence();  // acquire: the other pieces' partials before this CTA's reads
+    }
+    __syncthreads();
+    const int split0 = plan.split_begin()[seq];
+    merge_share<kRows>(args, seq, split0, pending.num_splits[i], pending.split_index[i] - split0,
+                       kv_head, tile_row0, scratch, scratch_floats);
+    __syncthreads();  // the scratch is free again
   }
 }
 
@@ -213,19 +326,6 @@ __device__ __forceinline__ void write_empty_sequences(const DecodeKernelArgs& ar
       }
     }
   }
-}
-
-// The end of a split piece in the fused kernels: arrive, wait for the sequence's other pieces,
-// merge this CTA's share of its columns.
-template <int kRows>
-__device__ __forceinline__ void finish_split_piece(const DecodeKernelArgs& args,
-                                                   const DecodePlanView& plan,
-                                                   const DecodePiece& piece, int kv_head,
-                                                   int tile_row0) {
-  arrive_and_wait_for_pieces(combine_counter(args, piece.seq), piece.num_splits);
-  const int split0 = plan.split_begin()[piece.seq];
-  merge_share<kRows>(args, piece.seq, split0, piece.num_splits, piece.split_index - split0, kv_head,
-                     tile_row0);
 }
 
 }  // namespace mla::kernels::decode

@@ -79,7 +79,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
-  if (tid == 0) tma::prefetch_tensor_map(&args.kv_tensor_map);
+  if (tid == 0) {
+    tma::prefetch_tensor_map(&args.kv_tensor_map);
+    smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
+  }
   // A programmatically dependent combine may be scheduled now: it waits for this grid to finish
   // before reading anything, and only SMs this grid has left take its CTAs.
   ptx::launch_dependents();
@@ -336,10 +339,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if constexpr (kFusedCombine) {
-      if (!final_output) finish_split_piece<kRowsPerTile>(args, plan, piece, kv_head, tile_row0);
+      if (!final_output) arrive_for_piece(args, piece, smem.pending);
     }
   }
-  if constexpr (kFusedCombine) write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
+  if constexpr (kFusedCombine) {
+    // The page stages are free now: the merge stages the partials there.
+    merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, kv_head, tile_row0,
+                                       reinterpret_cast<float*>(smem.kv),
+                                       int(sizeof(smem.kv) / sizeof(float)));
+    write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
+  }
 }
 
 template <int kRowsPerTile>

@@ -29,6 +29,8 @@
 // a page zeroes its rows past the sequence's end (all 9 blocks) before its S reads them.
 #pragma once
 
+#include <cstddef>
+
 #include <cmath>
 #include <type_traits>
 
@@ -61,8 +63,11 @@ struct SeesawSharedStorage {
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
   int released[kStages];                       // warps done with each stage, 8 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
+  PendingMerges pending;                       // the fused combine's split pieces
 };
 static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
+// The fused combine stages partials in q and kv as one region.
+static_assert(offsetof(SeesawSharedStorage, kv) == offsetof(SeesawSharedStorage, q) + kPageBytes);
 
 __device__ __forceinline__ void seesaw_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -119,7 +124,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     tma::fence_barrier_init();
   }
-  if (tid == 0) tma::prefetch_tensor_map(&args.kv_tensor_map);
+  if (tid == 0) {
+    tma::prefetch_tensor_map(&args.kv_tensor_map);
+    smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
+  }
   ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
   const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
   const TileLoader<128, kColumnBlockBytes> loader(tid);
@@ -368,10 +376,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  row_sum_part, row_max_run, o_acc, smem.row_partial);
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
-      if (!final_output) finish_split_piece<kSeesawRows>(args, plan, piece, kv_head, tile_row0);
+      if (!final_output) arrive_for_piece(args, piece, smem.pending);
     }
   }
-  if constexpr (kFusedCombine) write_empty_sequences<kSeesawRows>(args, plan, kv_head, tile_row0);
+  if constexpr (kFusedCombine) {
+    // The page stages and the query tile are free now: the merge stages the partials there.
+    merge_pending_pieces<kSeesawRows>(args, plan, smem.pending, kv_head, tile_row0,
+                                      reinterpret_cast<float*>(smem.q),
+                                      int((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float)));
+    write_empty_sequences<kSeesawRows>(args, plan, kv_head, tile_row0);
+  }
 }
 
 void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, bool s_first,

@@ -14,6 +14,8 @@
 // and the last one merges the sequence (fused_combine.cuh); false is kBaseline's kernel.
 #pragma once
 
+#include <cstddef>
+
 #include <cmath>
 
 #include "common/ptx.cuh"
@@ -38,8 +40,11 @@ struct WgmmaSharedStorage {
   alignas(1024) uint8_t p[kColumnBlockBytes];  // [64 rows][64 tokens] bf16, one block
   float row_partial[2][kWgmmaRows];            // per-warpgroup row maxima, then row sums
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
+  PendingMerges pending;                       // the fused combine's split pieces
 };
 static_assert(sizeof(WgmmaSharedStorage) <= 227 * 1024);
+// The fused combine stages partials in q and kv as one region.
+static_assert(offsetof(WgmmaSharedStorage, kv) == offsetof(WgmmaSharedStorage, q) + kPageBytes);
 
 // Byte offset of 16-byte chunk `chunk` (0..71) of row `row` (0..63) in a swizzled tile.
 __device__ __forceinline__ uint32_t wgmma_tile_offset(int row, int chunk) {
@@ -70,7 +75,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t p_smem = ptx::smem_address(smem.p);
   if (tid == 0 && ((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
 
-  if (tid == 0) tma::prefetch_tensor_map(&args.kv_tensor_map);
+  if (tid == 0) {
+    tma::prefetch_tensor_map(&args.kv_tensor_map);
+    smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
+  }
   ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   PageTmaPipeline<2> pipeline;
@@ -198,10 +206,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                                 row_max_run, o_acc, smem.row_partial);
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
-      if (!final_output) finish_split_piece<kWgmmaRows>(args, plan, piece, kv_head, tile_row0);
+      if (!final_output) arrive_for_piece(args, piece, smem.pending);
     }
   }
-  if constexpr (kFusedCombine) write_empty_sequences<kWgmmaRows>(args, plan, kv_head, tile_row0);
+  if constexpr (kFusedCombine) {
+    // The page stages are free now: the merge stages the partials there.
+    merge_pending_pieces<kWgmmaRows>(args, plan, smem.pending, kv_head, tile_row0,
+                                     reinterpret_cast<float*>(smem.q),
+                                     int((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float)));
+    write_empty_sequences<kWgmmaRows>(args, plan, kv_head, tile_row0);
+  }
 }
 
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {

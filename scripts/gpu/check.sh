@@ -12,7 +12,8 @@
 #   scripts/gpu/check.sh [full|quick]   (full: the whole benchmark sweep)
 # Order: build, GPU tests, the whole-model benchmarks, the decode benchmark, the Python suite, the
 # CPU tests and the demo (what matters most first, in case the call's time runs out).
-# MLA_SKIP_PYTHON=1 builds without the PyTorch extension and skips its suite; MLA_DECODE_KERNELS
+# MLA_SKIP_PYTHON=1 builds without the PyTorch extension and skips its suite; MLA_SKIP_MODEL_BENCH=1
+# skips the whole-model benchmarks; MLA_DECODE_KERNELS
 # picks the decode benchmark's --kernel (all, seesaw-ab, combine-ab, ...); MLA_CTEST_TIMEOUT bounds
 # each GPU test (seconds).
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
@@ -77,7 +78,9 @@ grep -E "tests passed|FAILED|Failed|\*\*\*" "$out/ctest-gpu.log" | grep -v "^\[ 
 # context against the HBM roofline, then offline throughput at 1000/1000 with 256 concurrent
 # requests. Each under a timeout, so a hang cannot eat the call; text to bench-decode.txt, the two
 # JSON objects in bench-model.json.
-if build-gpu/mla bench throughput --help >/dev/null 2>&1; then
+if [ -n "${MLA_SKIP_MODEL_BENCH:-}" ]; then
+  echo "MLA_SKIP_MODEL_BENCH set: model benchmarks skipped"
+elif build-gpu/mla bench throughput --help >/dev/null 2>&1; then
   model_args=(--model-preset deepseek-v2-lite --load-format dummy --json)
   json_or_null() { if [ -s "$1" ]; then cat "$1"; else echo null; fi; }
   write_model_json() {

@@ -3,9 +3,9 @@
 # small-batch decode goes (issue 3's b = 1 and b = 8 targets). For each row:
 #   1. Nsight Compute (--clock-control none, L2 flushed before each kernel) durations of the decode
 #      op's kernels (split-KV, combine) of the first two runs, against the op's event-timed µs;
-#   2. the fast kernel's bench medians with the launched combine as chosen, always split-parallel
-#      (MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=0 and no row limit), never (one warp per row),
-#      and the combine fused into the split-KV kernel (MLA_FUSED_COMBINE_MAX_MERGE_BYTES huge).
+#   2. `mla bench decode --kernel combine-ab` (baseline, fast, fast_fused, fast_launched interleaved
+#      in one run), then fast_launched again with the split-parallel combine forced
+#      (MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=0, no row limit) and with one warp per row.
 # Output: $OUT/decode-latency.txt. Never changes GPU settings.
 #   scripts/gpu/decode-latency.sh ["b,s_q,h_q,s_k" ...]
 set -uo pipefail
@@ -25,17 +25,18 @@ bench=(build-gpu/mla bench decode --kernel fast --flashmla-ref "")
         --log-file build-gpu/ncu-decode.csv "${bench[@]}" --only "$row" --runs 1 >/dev/null 2>&1
       python3 scripts/gpu/summarize_kernels.py build-gpu/ncu-decode.csv
     fi
-    for combine in chosen split-parallel per-row fused; do
+    # baseline, fast (the default combine), fast_fused and fast_launched, interleaved in one run.
+    timeout -k 10 90 build-gpu/mla bench decode --kernel combine-ab --flashmla-ref "" --only "$row" \
+      2>&1 | grep -E "^(baseline|fast)" | tr -s ' '
+    for combine in split-parallel per-row; do
       case $combine in
-        chosen) env_args=() ;;
         split-parallel) env_args=(MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=0
                                   MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS=1000000000) ;;
         per-row) env_args=(MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=1000000) ;;
-        fused) env_args=(MLA_FUSED_COMBINE_MAX_MERGE_BYTES=1000000000000000) ;;
       esac
-      result=$(env "${env_args[@]}" timeout -k 10 60 "${bench[@]}" --only "$row" 2>&1 |
-        grep -E "^fast " | tr -s ' ')
-      echo "$combine combine: $result"
+      result=$(env "${env_args[@]}" timeout -k 10 60 build-gpu/mla bench decode --kernel combine-ab \
+        --flashmla-ref "" --only "$row" 2>&1 | grep -E "^fast_launched " | tr -s ' ')
+      echo "$combine: $result"
     done
   done
 } 2>&1 | tee "$out/decode-latency.txt"

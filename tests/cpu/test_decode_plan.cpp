@@ -54,7 +54,10 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
     for (int seq, page; stream.next(&seq, &page);) streamed.emplace_back(seq, page);
     int cost = 0;
     int previous_seq = -1;
-    for (bool more = has_work; more; more = cursor.next(&piece)) {
+    std::vector<int> split_piece_positions;  // the fused combine holds at most two, first and last
+    int position = 0;
+    for (bool more = has_work; more; more = cursor.next(&piece), ++position) {
+      if (piece.num_splits > 1) split_piece_positions.push_back(position);
       for (int j = piece.page_begin; j < piece.page_end; ++j) walked.emplace_back(piece.seq, j);
       ++result.total_pieces;
       EXPECT_GT(piece.seq, previous_seq) << "pieces of a part are in sequence order";
@@ -75,6 +78,10 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
       cost += piece.page_end - piece.page_begin + kDecodeFixedCostPages;
     }
     result.max_part_cost = std::max(result.max_part_cost, cost);
+    EXPECT_LE(split_piece_positions.size(), 2u) << "part " << part;
+    for (int split_position : split_piece_positions)
+      EXPECT_TRUE(split_position == 0 || split_position == position - 1)
+          << "part " << part << ": a split piece in the middle of the part";
     EXPECT_EQ(streamed, walked) << "part " << part << ": the page stream is not the pieces' pages";
     // The part's record (its first piece, read by the kernels) against a scan from
     // part_first_seq: the same pieces, in the same order.
