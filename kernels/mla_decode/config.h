@@ -29,11 +29,6 @@ inline constexpr int kKSteps = kDimQK / 16;                 // 36 k16 steps for 
 inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O per warp
 inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
 inline constexpr int kPlanThreads = 1024;
-// kFast uses the split-parallel combine when there are at least this many parts per sequence
-// (sequences will split many ways) and at most this many query rows in all (overridable for
-// measuring: MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ, MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS).
-inline constexpr int kSplitParallelCombineMinPartsPerSeq = 8;
-inline constexpr int kSplitParallelCombineMaxRows = 256;
 inline constexpr int kCombineSplitsPerLane = 8;  // split-parallel combine: loads in flight per lane
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 

@@ -46,7 +46,8 @@ struct MergedColumns {
 // aligned). Lanes stride over the pieces in rounds of team · kSplitsPerLane; every load of a round
 // is issued before any is used, and the running maximum (shared by the team) rescales what earlier
 // rounds summed. Every lane of the warp must call it with the same num_splits and team (the
-// shuffles span the warp); inactive lanes load nothing.
+// shuffles span the warp); inactive lanes load nothing. Plain loads: for a kernel launched after
+// the one that wrote the partials (the fused combine stages them through L2 instead).
 template <int kSplitsPerLane>
 __device__ __forceinline__ MergedColumns merge_columns(const float* lse0, int64_t lse_stride,
                                                        const float* out0, int64_t out_stride,
@@ -66,9 +67,9 @@ __device__ __forceinline__ MergedColumns merge_columns(const float* lse0, int64_
       lse[i] = -INFINITY;
       if (active && k < num_splits) {
         const float4* partial = reinterpret_cast<const float4*>(out0 + k * out_stride);
-        lse[i] = __ldcg(lse0 + k * lse_stride);
-        lo[i] = __ldcg(partial);
-        hi[i] = __ldcg(partial + 1);
+        lse[i] = lse0[k * lse_stride];
+        lo[i] = partial[0];
+        hi[i] = partial[1];
       }
     }
     float round_max = lse[0];
@@ -202,9 +203,24 @@ __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int se
           src, 16);
     }
     ptx::cp_async_commit();
-    for (int i = tid; i < count * rows; i += kThreads)
-      lse_s[i] = __ldcg(args.partial_lse + row_base +
-                        static_cast<int64_t>(c0 + i / rows) * piece_stride + i % rows);
+    // The lse, kLseLoads loads in flight per thread (one L2 round trip per kThreads · kLseLoads).
+    constexpr int kLseLoads = 8;
+    for (int base = tid; base < count * rows; base += kThreads * kLseLoads) {
+      float values[kLseLoads];
+#pragma unroll
+      for (int u = 0; u < kLseLoads; ++u) {
+        const int i = base + u * kThreads;
+        values[u] = i < count * rows
+                        ? __ldcg(args.partial_lse + row_base +
+                                 static_cast<int64_t>(c0 + i / rows) * piece_stride + i % rows)
+                        : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kLseLoads; ++u) {
+        const int i = base + u * kThreads;
+        if (i < count * rows) lse_s[i] = values[u];
+      }
+    }
     ptx::cp_async_wait_all();
     __syncthreads();
   };

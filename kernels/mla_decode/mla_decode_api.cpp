@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "common/arg_checks.h"
 #include "core/error.h"
@@ -90,8 +91,9 @@ int64_t environment_count(const char* name, int64_t max_value) {
   return value;
 }
 
-// The launched combine's kernel: kFast's split-parallel one when sequences split many ways and
-// rows are few (kSplitParallelCombine*, or their environment overrides), else one warp per row.
+// The launched combine's kernel: kFast's split-parallel one for small batches (the thresholds
+// overridable for measuring: MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ,
+// MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS), else one warp per row, both as programmatic dependents.
 decode::DecodeCombineLaunch launched_combine_kind(const decode::DecodeKernelArgs& args, bool fast) {
   using decode::DecodeCombineLaunch;
   if (!fast) return DecodeCombineLaunch::kPerRow;
@@ -99,11 +101,10 @@ decode::DecodeCombineLaunch launched_combine_kind(const decode::DecodeKernelArgs
       environment_count("MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ", int64_t(1) << 24);
   static const int64_t max_rows_from_environment =
       environment_count("MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS", int64_t(1) << 40);
-  const int64_t min_parts = min_parts_from_environment >= 0
-                                ? min_parts_from_environment
-                                : decode::kSplitParallelCombineMinPartsPerSeq;
-  const int64_t max_rows = max_rows_from_environment >= 0 ? max_rows_from_environment
-                                                          : decode::kSplitParallelCombineMaxRows;
+  const int64_t min_parts =
+      min_parts_from_environment >= 0 ? min_parts_from_environment : kSmallBatchMinPartsPerSeq;
+  const int64_t max_rows =
+      max_rows_from_environment >= 0 ? max_rows_from_environment : kSmallBatchMaxRows;
   return decode::fast_wants_split_parallel_combine(args, min_parts, max_rows)
              ? DecodeCombineLaunch::kSplitParallel
              : DecodeCombineLaunch::kPerRowDependent;
@@ -130,31 +131,31 @@ const char* to_string(MlaDecodeCombine combine) {
   return "unknown";
 }
 
-int64_t fused_merge_bytes_estimate(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
-                                   int num_sms, int max_pages_per_seq) {
-  if (batch <= 0) return 0;
+bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                           int num_sms) {
+  if (batch <= 0 || num_heads_kv <= 0) return false;
   const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
-  int64_t pieces = (int64_t(shape.num_parts) + batch - 1) / batch + 1;
-  pieces = std::min<int64_t>({pieces, shape.num_parts, std::max(max_pages_per_seq, 1)});
-  if (pieces <= 1) return 0;                                  // nothing splits: no merge at all
-  const int tile_rows = shape.rows_per_tile == 16 ? 16 : 64;  // the kernels' tiles (config.h)
-  const int64_t rows = std::min(tile_rows, shape.rows_per_kv_head);
-  return pieces * rows * kHeadDimV * int64_t(sizeof(float));
+  return shape.num_parts >= int64_t(kSmallBatchMinPartsPerSeq) * batch &&
+         int64_t(batch) * num_heads_kv * shape.rows_per_kv_head <= kSmallBatchMaxRows;
 }
 
-MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params, int64_t max_merge_bytes) {
+MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeCombine::kLaunched;
   if (params.combine != MlaDecodeCombine::kAuto) return params.combine;
-  if (max_merge_bytes < 0) {
-    static const int64_t from_environment =
-        environment_count("MLA_FUSED_COMBINE_MAX_MERGE_BYTES", int64_t(1) << 50);
-    max_merge_bytes = from_environment >= 0 ? from_environment : kFusedCombineMaxMergeBytes;
-    if (max_merge_bytes < 0) return MlaDecodeCombine::kLaunched;
-  }
-  const int64_t bytes =
-      fused_merge_bytes_estimate(params.batch, params.seqlen_q, params.num_heads_q,
-                                 params.num_heads_kv, params.num_sms, params.max_pages_per_seq);
-  return bytes <= max_merge_bytes ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
+  static const MlaDecodeCombine from_environment = [] {
+    const char* text = std::getenv("MLA_DECODE_COMBINE");
+    const std::string value = text != nullptr ? text : "";
+    require(value.empty() || value == "auto" || value == "fused" || value == "launched",
+            fmt::format("MLA_DECODE_COMBINE must be auto, fused or launched, got '{}'", value));
+    return value == "fused"      ? MlaDecodeCombine::kFused
+           : value == "launched" ? MlaDecodeCombine::kLaunched
+                                 : MlaDecodeCombine::kAuto;
+  }();
+  if (from_environment != MlaDecodeCombine::kAuto) return from_environment;
+  return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
+                               params.num_heads_kv, params.num_sms)
+             ? MlaDecodeCombine::kFused
+             : MlaDecodeCombine::kLaunched;
 }
 
 const char* to_string(MlaDecodeSchedule schedule) {

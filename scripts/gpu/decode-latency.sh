@@ -27,7 +27,7 @@ bench=(build-gpu/mla bench decode --kernel fast --flashmla-ref "")
     fi
     # baseline, fast (the default combine), fast_fused and fast_launched, interleaved in one run.
     timeout -k 10 90 build-gpu/mla bench decode --kernel combine-ab --flashmla-ref "" --only "$row" \
-      2>&1 | grep -E "^(baseline|fast)" | tr -s ' '
+      2>/dev/null | grep -E "^(baseline|fast)" | tr -s ' '
     for combine in split-parallel per-row; do
       case $combine in
         split-parallel) env_args=(MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=0
@@ -35,7 +35,7 @@ bench=(build-gpu/mla bench decode --kernel fast --flashmla-ref "")
         per-row) env_args=(MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=1000000) ;;
       esac
       result=$(env "${env_args[@]}" timeout -k 10 60 build-gpu/mla bench decode --kernel combine-ab \
-        --flashmla-ref "" --only "$row" 2>&1 | grep -E "^fast_launched " | tr -s ' ')
+        --flashmla-ref "" --only "$row" 2>/dev/null | grep -E "^fast_launched " | tr -s ' ')
       echo "$combine: $result"
     done
   done

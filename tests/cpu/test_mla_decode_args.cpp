@@ -131,20 +131,19 @@ TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
   EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
 }
 
-TEST(MlaDecodeArgs, FusedMergeBytesEstimate) {
-  // 16-row tiles, 132 parts: b = 1 expects min(132 + 1, 132, max pages) pieces of 16 rows · 2 KB.
-  EXPECT_EQ(fused_merge_bytes_estimate(1, 1, 16, 1, 132, 16), 16 * 16 * 2048);
-  EXPECT_EQ(fused_merge_bytes_estimate(1, 1, 16, 1, 132, 512), 132 * 16 * 2048);
-  // b = 8: ceil(132 / 8) + 1 = 18 pieces.
-  EXPECT_EQ(fused_merge_bytes_estimate(8, 1, 16, 1, 132, 64), 18 * 16 * 2048);
-  // h_q = 128, s_q = 1: two 64-row tiles, 66 parts; b = 32: ceil(66 / 32) + 1 = 4 pieces.
-  EXPECT_EQ(fused_merge_bytes_estimate(32, 1, 128, 1, 132, 64), 4 * 64 * 2048);
-  // h_q = 32: one 64-row tile with 32 rows.
-  EXPECT_EQ(fused_merge_bytes_estimate(16, 1, 32, 1, 132, 64), 10 * 32 * 2048);
-  // Nothing can split: one part, or one page per sequence.
-  EXPECT_EQ(fused_merge_bytes_estimate(4, 1, 16, 1, 1, 64), 0);
-  EXPECT_EQ(fused_merge_bytes_estimate(4, 1, 16, 1, 132, 1), 0);
-  EXPECT_EQ(fused_merge_bytes_estimate(0, 1, 16, 1, 132, 64), 0);
+TEST(MlaDecodeArgs, SmallBatchRule) {
+  // 16-row tiles, 132 parts: b = 1 and b = 8 split at least 8 ways with at most 256 rows.
+  EXPECT_TRUE(decode_batch_is_small(1, 1, 16, 1, 132));
+  EXPECT_TRUE(decode_batch_is_small(8, 1, 16, 1, 132));
+  EXPECT_TRUE(decode_batch_is_small(16, 1, 16, 1, 132));   // 132 ≥ 8 · 16, 256 rows
+  EXPECT_FALSE(decode_batch_is_small(17, 1, 16, 1, 132));  // 132 < 8 · 17
+  EXPECT_FALSE(decode_batch_is_small(32, 1, 16, 1, 132));
+  // h_q = 128, s_q = 2: 256 rows per sequence in 64-row tiles (four tiles, 33 parts).
+  EXPECT_TRUE(decode_batch_is_small(1, 2, 128, 1, 132));
+  EXPECT_FALSE(decode_batch_is_small(2, 2, 128, 1, 132));  // 512 rows
+  EXPECT_FALSE(decode_batch_is_small(32, 2, 128, 1, 132));
+  EXPECT_FALSE(decode_batch_is_small(1, 1, 16, 1, 4));  // 4 parts: nothing splits 8 ways
+  EXPECT_FALSE(decode_batch_is_small(0, 1, 16, 1, 132));
 }
 
 TEST(MlaDecodeArgs, ResolvedCombine) {
@@ -153,22 +152,17 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.seqlen_q = 1;
   p.num_heads_q = 16;
   p.num_sms = 132;
-  p.max_pages_per_seq = 16;                                            // 16 pieces: 512 KiB
+  p.max_pages_per_seq = 16;
   EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // kBaseline: always
   p.kernel = MlaDecodeKernel::kFast;
-  EXPECT_EQ(resolved_decode_combine(p, 512 * 1024), MlaDecodeCombine::kFused);
-  EXPECT_EQ(resolved_decode_combine(p, 512 * 1024 - 1), MlaDecodeCombine::kLaunched);
-  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // the default: never fused
-  p.max_pages_per_seq = 512;                                           // 132 pieces: 4.1 MiB
-  EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 20), MlaDecodeCombine::kLaunched);
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kFused);  // a small batch
+  p.batch = 128;
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);
   p.combine = MlaDecodeCombine::kFused;  // forced either way
-  EXPECT_EQ(resolved_decode_combine(p, 0), MlaDecodeCombine::kFused);
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kFused);
+  p.batch = 1;
   p.combine = MlaDecodeCombine::kLaunched;
-  EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 40), MlaDecodeCombine::kLaunched);
-  p.combine = MlaDecodeCombine::kAuto;
-  p.batch = 8;
-  p.max_pages_per_seq = 64;  // b = 8, s_k = 4096: 18 pieces, 576 KiB
-  EXPECT_EQ(resolved_decode_combine(p, int64_t(1) << 20), MlaDecodeCombine::kFused);
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);
   EXPECT_STREQ(to_string(MlaDecodeCombine::kFused), "fused");
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/gpu_decode_problem.h"
+#include "core/error.h"
 #include "gpu_test_support.h"
 #include "mla/kernels/mla_decode.h"
 #include "ref/mla_decode_ref.h"
@@ -458,6 +459,32 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
       got[size_t(r) * 512 + d] = bf16_to_float(out_padded[size_t(r) * (512 + kPadOut) + d]);
   const bench::DecodeOutputs lse_only = gpu.fetch(nullptr);
   const testing::Comparison c = testing::compare_decode(got, want.out, lse_only.lse, want.lse);
+  EXPECT_EQ(c.nan_count, 0u);
+  EXPECT_LE(c.relative_l2, kMaxRelativeL2);
+  EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
+}
+
+// kFused's CTAs wait for each other: a grid larger than the device (num_sms beyond its SMs) is
+// refused with a message, and kAuto launches the combine instead (and stays correct).
+TEST(MlaDecodeGpuFused, RefusesAGridLargerThanTheDevice) {
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = {5000};
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  bench::GpuDecodeProblem gpu(problem, 2 * num_sms());
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = MlaDecodeKernel::kFast;
+  params.combine = MlaDecodeCombine::kFused;
+  try {
+    kernels::launch_mla_decode(params, nullptr);
+    ADD_FAILURE() << "kFused with a grid of twice the device's SMs was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("resident"), std::string::npos) << error.what();
+  }
+  const Reference want = run_reference(problem);
+  const bench::DecodeOutputs got =
+      run_decode(gpu, {MlaDecodeKernel::kFast, MlaDecodeCombine::kAuto});
+  const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
   EXPECT_EQ(c.nan_count, 0u);
   EXPECT_LE(c.relative_l2, kMaxRelativeL2);
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative);

@@ -31,25 +31,31 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body, the
-// seesaw wgmma body above 16 rows (MlaDecodeSchedule), and the combine fused in where it is cheap
-// (MlaDecodeCombine): the last CTA of a split sequence to finish merges its partials (arrival
-// counters in the workspace), so kFast is one kernel launch there.
+// kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body (three
+// page stages, queries in registers), the seesaw wgmma body above 16 rows (MlaDecodeSchedule), and
+// for small batches the combine fused in (MlaDecodeCombine): the CTAs of a split sequence merge it
+// together, so kFast is one kernel launch there.
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
 
 // How kFast merges the pieces of a split sequence (kBaseline always launches its combine kernel).
-// kFused: the last CTA of the sequence to finish merges it inside the split-KV kernel, so the op is
-// one launch; that merge is one SM reading pieces × tile rows × 2 KB of partials.
-// kLaunched: a combine kernel follows (split-parallel as a dependent launch where sequences split
-// many ways). kAuto: kLaunched. Measured on the H200 (2026-11-30, `mla bench decode --kernel
-// combine-ab`) kFused was slower on every row: +3 % at b = 128 where nothing splits, +26 % at
-// b = 8 / 4096 and 5x at b = 1 / 32k. The environment variable MLA_FUSED_COMBINE_MAX_MERGE_BYTES
-// (for measuring) makes kAuto fuse where the merge a sequence is expected to need is at most that
-// many bytes; resolved_decode_combine() says which.
+// kFused: inside the split-KV kernel, so the op is one launch. Each CTA arrives on its sequence's
+// counter after storing a piece's partial; after its last piece it waits for the sequence's other
+// pieces, then merges its own share of the output columns (fused_combine.cuh). Its CTAs wait for
+// each other, so the grid must fit the device's SMs: launch_mla_decode() throws when kFused is
+// asked for a grid that does not, and kAuto launches the combine instead. kLaunched: a combine
+// kernel follows as a programmatic dependent launch (split-parallel for small batches). kAuto:
+// kFused for small batches (decode_batch_is_small()), else kLaunched. Measured on the H200
+// (2026-11-30, `mla bench decode --kernel combine-ab`): fused 28.4 vs launched 33.8 µs at b = 8 /
+// 4096; 30.2 vs 31.4 at b = 1 / 32k; at b = 32, s_q = 2, h_q = 128 it lost (158.3 vs 151.0) and at
+// b = 128 it was even. The environment variable MLA_DECODE_COMBINE (auto, fused, launched)
+// overrides kAuto for measuring.
 enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
-inline constexpr int64_t kFusedCombineMaxMergeBytes = -1;  // kAuto never fuses
+// Small batch: sequences split at least this many ways (num_parts ≥ this · b) and the batch has at
+// most kSmallBatchMaxRows query rows (b · h_kv · s_q · h_q / h_kv).
+inline constexpr int kSmallBatchMinPartsPerSeq = 8;
+inline constexpr int kSmallBatchMaxRows = 256;
 
 // Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
 // body; kBaseline: always the lockstep body). kLockstep: kBaseline's wgmma body, both warpgroups
@@ -158,11 +164,11 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
                                               int num_heads_kv, int num_sms);
 
 // The combine a launch with these params uses: kLaunched for kBaseline; for kFast, params.combine,
-// with kAuto resolved against the merge bytes the last CTA of a sequence is expected to read
-// (fused_merge_bytes_estimate) and `max_merge_bytes` (< 0: the environment's
-// MLA_FUSED_COMBINE_MAX_MERGE_BYTES when set, else kFusedCombineMaxMergeBytes: never).
-MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params,
-                                         int64_t max_merge_bytes = -1);
+// with kAuto resolved by the environment's MLA_DECODE_COMBINE when set (a value other than auto,
+// fused, launched throws mla::Error), else kFused for small batches and kLaunched otherwise.
+MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params);
+// Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows).
+bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
 // params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kLockstep; a
 // value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q · h_q / h_kv):
@@ -171,10 +177,5 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
 int plan_min_cost_per_part(const MlaDecodePlanParams& params);
-// Partial bytes the last CTA of a sequence reads to merge it, for the pieces a sequence is expected
-// to make: about num_parts / b + 1 in a uniform batch, never more than num_parts nor
-// max_pages_per_seq (a piece holds at least one page); times the tile's rows · 512 fp32.
-int64_t fused_merge_bytes_estimate(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
-                                   int num_sms, int max_pages_per_seq);
 
 }  // namespace mla::kernels
