@@ -151,11 +151,8 @@ MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params) {
            : value == "launched" ? MlaDecodeCombine::kLaunched
                                  : MlaDecodeCombine::kAuto;
   }();
-  if (from_environment != MlaDecodeCombine::kAuto) return from_environment;
-  return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
-                               params.num_heads_kv, params.num_sms)
-             ? MlaDecodeCombine::kFused
-             : MlaDecodeCombine::kLaunched;
+  return from_environment == MlaDecodeCombine::kFused ? MlaDecodeCombine::kFused
+                                                      : MlaDecodeCombine::kLaunched;
 }
 
 const char* to_string(MlaDecodeSchedule schedule) {

@@ -155,7 +155,7 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.max_pages_per_seq = 16;
   EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // kBaseline: always
   p.kernel = MlaDecodeKernel::kFast;
-  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kFused);  // a small batch
+  EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);  // kAuto: launched
   p.batch = 128;
   EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);
   p.combine = MlaDecodeCombine::kFused;  // forced either way

@@ -33,8 +33,8 @@ namespace mla::kernels {
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
 // kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body (three
 // page stages, queries in registers), the seesaw wgmma body above 16 rows (MlaDecodeSchedule), and
-// for small batches the combine fused in (MlaDecodeCombine): the CTAs of a split sequence merge it
-// together, so kFast is one kernel launch there.
+// its combine launched as a programmatic dependent (split-parallel for small batches) or, on
+// request, fused in (MlaDecodeCombine).
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
 
@@ -43,13 +43,15 @@ const char* to_string(MlaDecodeKernel kernel);
 // counter after storing a piece's partial; after its last piece it waits for the sequence's other
 // pieces, then merges its own share of the output columns (fused_combine.cuh). Its CTAs wait for
 // each other, so the grid must fit the device's SMs: launch_mla_decode() throws when kFused is
-// asked for a grid that does not, and kAuto launches the combine instead. kLaunched: a combine
-// kernel follows as a programmatic dependent launch (split-parallel for small batches). kAuto:
-// kFused for small batches (decode_batch_is_small()), else kLaunched. Measured on the H200
-// (2026-11-30, `mla bench decode --kernel combine-ab`): fused 28.4 vs launched 33.8 µs at b = 8 /
-// 4096; 30.2 vs 31.4 at b = 1 / 32k; at b = 32, s_q = 2, h_q = 128 it lost (158.3 vs 151.0) and at
-// b = 128 it was even. The environment variable MLA_DECODE_COMBINE (auto, fused, launched)
-// overrides kAuto for measuring.
+// asked for a grid that does not. kLaunched: a combine kernel follows as a programmatic dependent
+// launch (split-parallel for small batches, decode_batch_is_small()). kAuto: kLaunched. Measured on
+// the H200 (2026-11-30, commit 1374d7e, `mla bench decode --kernel combine-ab`, interleaved
+// medians, µs, fused vs launched): b = 1, h_q = 16: 16.6 vs 13.6 at s_k = 1024, 29.9–32.8 vs
+// 26.9–29.1 at 32768; b = 8, h_q = 16, s_k = 4096: 28.3–31.4 vs 31.1–34.8; b = 32, s_q = 2,
+// h_q = 128: 156.1 vs 148.7; b = 128, varlen h_q = 64: 215.6 vs 200.4. The full sweep with kFused
+// for small batches lost to the baseline's combine on most b = 1 and b = 8 rows with h_q ≥ 32.
+// The environment variable MLA_DECODE_COMBINE (auto, fused, launched) overrides kAuto for
+// measuring.
 enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
 // Small batch: sequences split at least this many ways (num_parts ≥ this · b) and the batch has at
@@ -165,9 +167,10 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 
 // The combine a launch with these params uses: kLaunched for kBaseline; for kFast, params.combine,
 // with kAuto resolved by the environment's MLA_DECODE_COMBINE when set (a value other than auto,
-// fused, launched throws mla::Error), else kFused for small batches and kLaunched otherwise.
+// fused, launched throws mla::Error), else kLaunched.
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params);
-// Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows).
+// Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows): kFast's
+// launched combine is then the split-parallel kernel.
 bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
 // params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kLockstep; a
