@@ -18,7 +18,9 @@ def main():
     print(f"- GPU: {run['gpu']}; date {run['date']}; commit `{run['commit']}`"
           + (f"; clocks {args.clocks}" if args.clocks else ""))
     print(f"- Ceilings measured in the same run: copy {ceilings['copy_GBps_read_plus_write']:.0f} GB/s"
-          f" (read + write), cuBLAS bf16 8192³ GEMM {ceilings['bf16_gemm_8192_TFLOPS']:.0f} TFLOP/s")
+          f" (read + write), cuBLAS bf16 8192³ GEMM {ceilings['bf16_gemm_8192_TFLOPS']:.0f} TFLOP/s"
+          + (f"; a one-block kernel timed the same way {ceilings['one_block_kernel_us']:.1f} µs"
+             if "one_block_kernel_us" in ceilings else ""))
     print(f"- Reference: {run.get('flashmla_reference', '')}")
     print()
     print("| kernel | b | s_q | h_q | s_k | µs | plan µs | GB/s | TFLOP/s | % copy | % GEMM "
