@@ -34,12 +34,59 @@ namespace mla::kernels::decode {
 inline constexpr int kMergeColumns = 8;                     // output columns per merged item
 inline constexpr int kMergeGroups = kDimV / kMergeColumns;  // 64 groups of 8 columns per row
 
-// One query row × kMergeColumns output columns merged over a sequence's pieces.
+// One query row × kMergeColumns output columns merged over a sequence's pieces, online: pieces
+// are added under a running maximum that only rises.
 struct MergedColumns {
   float acc[kMergeColumns];  // Σ_k exp(lse_k − max) · partial_k[columns]
   float sum;                 // Σ_k exp(lse_k − max)
   float max;                 // max_k lse_k; -inf when no piece saw a key
+
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int c = 0; c < kMergeColumns; ++c) acc[c] = 0.f;
+    sum = 0.f;
+    max = -INFINITY;
+  }
+  // Raises the running maximum to new_max (finite, ≥ max), rescaling what was summed.
+  __device__ __forceinline__ void raise_max(float new_max) {
+    const float rescale = expf(max - new_max);  // 0 while max is -inf
+    sum *= rescale;
+#pragma unroll
+    for (int c = 0; c < kMergeColumns; ++c) acc[c] *= rescale;
+    max = new_max;
+  }
+  // Adds a piece with log-sum-exp `lse` and columns (lo, hi). An empty piece (lse = -inf) adds
+  // nothing and its columns are never read (they may be unwritten).
+  __device__ __forceinline__ void add(float lse, const float4& lo, const float4& hi) {
+    const float weight = expf(lse - max);
+    if (weight == 0.f) return;
+    sum += weight;
+    acc[0] += weight * lo.x;
+    acc[1] += weight * lo.y;
+    acc[2] += weight * lo.z;
+    acc[3] += weight * lo.w;
+    acc[4] += weight * hi.x;
+    acc[5] += weight * hi.y;
+    acc[6] += weight * hi.z;
+    acc[7] += weight * hi.w;
+  }
+  // Sums the team's lanes (a power of two ≤ 32, aligned); every lane of the warp calls it.
+  __device__ __forceinline__ void reduce_over_team(int team) {
+    for (int offset = team / 2; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+#pragma unroll
+      for (int c = 0; c < kMergeColumns; ++c)
+        acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], offset);
+    }
+  }
 };
+
+// The largest of `value` over a team of lanes (see MergedColumns::reduce_over_team).
+__device__ __forceinline__ float max_over_team(float value, int team) {
+  for (int offset = team / 2; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
 
 // A team of `team` consecutive lanes (a power of two ≤ 32, aligned) merges one row's columns:
 // piece k's lse is lse0[k · lse_stride], its columns out0[k · out_stride + 0..7] (32-byte
@@ -54,10 +101,7 @@ __device__ __forceinline__ MergedColumns merge_columns(const float* lse0, int64_
                                                        int num_splits, bool active, int team,
                                                        int team_lane) {
   MergedColumns m;
-#pragma unroll
-  for (int c = 0; c < kMergeColumns; ++c) m.acc[c] = 0.f;
-  m.sum = 0.f;
-  m.max = -INFINITY;
+  m.reset();
   for (int base = 0; base < num_splits; base += team * kSplitsPerLane) {
     float lse[kSplitsPerLane];
     float4 lo[kSplitsPerLane], hi[kSplitsPerLane];
@@ -75,36 +119,13 @@ __device__ __forceinline__ MergedColumns merge_columns(const float* lse0, int64_
     float round_max = lse[0];
 #pragma unroll
     for (int i = 1; i < kSplitsPerLane; ++i) round_max = fmaxf(round_max, lse[i]);
-    for (int offset = team / 2; offset > 0; offset /= 2)
-      round_max = fmaxf(round_max, __shfl_xor_sync(0xffffffffu, round_max, offset));
-    const float new_max = fmaxf(m.max, round_max);
-    if (new_max == -INFINITY) continue;           // nothing seen yet (the same across the team)
-    const float rescale = expf(m.max - new_max);  // 0 while m.max is -inf
-    m.sum *= rescale;
+    const float new_max = fmaxf(m.max, max_over_team(round_max, team));
+    if (new_max == -INFINITY) continue;  // nothing seen yet (the same across the team)
+    m.raise_max(new_max);
 #pragma unroll
-    for (int c = 0; c < kMergeColumns; ++c) m.acc[c] *= rescale;
-    m.max = new_max;
-#pragma unroll
-    for (int i = 0; i < kSplitsPerLane; ++i) {
-      const float weight = expf(lse[i] - m.max);
-      if (weight == 0.f) continue;  // an empty piece (or none): its partial may be unwritten
-      m.sum += weight;
-      m.acc[0] += weight * lo[i].x;
-      m.acc[1] += weight * lo[i].y;
-      m.acc[2] += weight * lo[i].z;
-      m.acc[3] += weight * lo[i].w;
-      m.acc[4] += weight * hi[i].x;
-      m.acc[5] += weight * hi[i].y;
-      m.acc[6] += weight * hi[i].z;
-      m.acc[7] += weight * hi[i].w;
-    }
+    for (int i = 0; i < kSplitsPerLane; ++i) m.add(lse[i], lo[i], hi[i]);
   }
-  for (int offset = team / 2; offset > 0; offset /= 2) {
-    m.sum += __shfl_xor_sync(0xffffffffu, m.sum, offset);
-#pragma unroll
-    for (int c = 0; c < kMergeColumns; ++c)
-      m.acc[c] += __shfl_xor_sync(0xffffffffu, m.acc[c], offset);
-  }
+  m.reduce_over_team(team);
   return m;
 }
 
@@ -232,10 +253,7 @@ __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int se
     const int row = active ? item % rows : 0;
     const int g = active ? item / rows : 0;
     MergedColumns m;
-#pragma unroll
-    for (int c = 0; c < kMergeColumns; ++c) m.acc[c] = 0.f;
-    m.sum = 0.f;
-    m.max = -INFINITY;
+    m.reset();
     for (int c0 = 0; c0 < n; c0 += chunk) {
       const int count = min(chunk, n - c0);
       if (!whole) stage(c0, count);
@@ -243,40 +261,17 @@ __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int se
       if (active)
         for (int k = team_lane; k < count; k += team)
           round_max = fmaxf(round_max, lse_s[k * rows + row]);
-      for (int offset = team / 2; offset > 0; offset /= 2)
-        round_max = fmaxf(round_max, __shfl_xor_sync(0xffffffffu, round_max, offset));
-      const float new_max = fmaxf(m.max, round_max);
-      if (new_max == -INFINITY) continue;           // nothing seen yet (the same across the team)
-      const float rescale = expf(m.max - new_max);  // 0 while m.max is -inf
-      m.sum *= rescale;
-#pragma unroll
-      for (int c = 0; c < kMergeColumns; ++c) m.acc[c] *= rescale;
-      m.max = new_max;
+      const float new_max = fmaxf(m.max, max_over_team(round_max, team));
+      if (new_max == -INFINITY) continue;  // nothing seen yet (the same across the team)
+      m.raise_max(new_max);
       if (!active) continue;
       for (int k = team_lane; k < count; k += team) {
-        const float weight = expf(lse_s[k * rows + row] - m.max);
-        if (weight == 0.f) continue;  // an empty piece: its partial may be unwritten
         const float4* v = reinterpret_cast<const float4*>(part_s + ((k * rows + row) * groups + g) *
                                                                        kMergeColumns);
-        const float4 lo = v[0];
-        const float4 hi = v[1];
-        m.sum += weight;
-        m.acc[0] += weight * lo.x;
-        m.acc[1] += weight * lo.y;
-        m.acc[2] += weight * lo.z;
-        m.acc[3] += weight * lo.w;
-        m.acc[4] += weight * hi.x;
-        m.acc[5] += weight * hi.y;
-        m.acc[6] += weight * hi.z;
-        m.acc[7] += weight * hi.w;
+        m.add(lse_s[k * rows + row], v[0], v[1]);
       }
     }
-    for (int offset = team / 2; offset > 0; offset /= 2) {
-      m.sum += __shfl_xor_sync(0xffffffffu, m.sum, offset);
-#pragma unroll
-      for (int c = 0; c < kMergeColumns; ++c)
-        m.acc[c] += __shfl_xor_sync(0xffffffffu, m.acc[c], offset);
-    }
+    m.reduce_over_team(team);
     if (active && team_lane == 0)
       write_merged_columns(args, seq, kv_head, tile_row0 + row, (slice + g * n) * kMergeColumns, m);
   }

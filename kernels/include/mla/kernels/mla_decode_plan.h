@@ -183,12 +183,8 @@ class PartPieceCursor {
       return false;
     }
     start_scan(record.cost_per_part, record.seq + 1);
-    piece->seq = record.seq;
-    piece->seqlen = record.seqlen;
-    piece->page_begin = record.page_begin;
-    piece->page_end = record.page_end;
-    piece->split_index = record.split_index;
-    piece->num_splits = record.num_splits;
+    *piece = {record.seq,      record.seqlen,      record.page_begin,
+              record.page_end, record.split_index, record.num_splits};
     return true;
   }
 
