@@ -56,6 +56,9 @@ struct DecodeBenchOptions {
   std::vector<kernels::MlaDecodeCombine> fast_combines = {kernels::MlaDecodeCombine::kAuto};
   std::string flashmla_reference_path;  // empty: no reference column
   bool causal = true;
+  // Set: after each row's medians, every kFast variant that runs the 16-row body also gets a phase
+  // timeline (decode_timeline.h), handed over as text.
+  std::function<void(const std::string&)> timeline_sink;
 };
 
 struct FlashMlaReference {

@@ -46,6 +46,13 @@ __device__ __forceinline__ void wait_for_preceding_grid() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
+// The GPU's global nanosecond timer (the same clock on every SM; for diagnostics).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(ns));
+  return ns;
+}
+
 // A 32-bit load with acquire semantics at GPU scope (a flag another CTA releases).
 __device__ __forceinline__ int load_acquire_gpu(const int* address) {
   int value;

@@ -11,6 +11,7 @@
 // bank-conflict free (rows are 1152 or 128 bytes, multiples of 128, so unswizzled they conflict).
 #pragma once
 
+#include "mla/kernels/mla_decode.h"
 #include "mla/kernels/mla_decode_plan.h"
 
 namespace mla::kernels::decode {
@@ -52,6 +53,19 @@ struct TileConfig {
   static_assert(kNTilesS == 1 || kNTilesS == 2);
   static_assert(kRowGroups * kTokenGroups == kWarps);
 };
+
+// The phases the 16-row body stamps in a timeline (launch_mla_decode_with_timeline), in order.
+enum TimelineSlot : int {
+  kTimelineEntry = 0,       // the CTA starts
+  kTimelineFirstPiece = 1,  // its first piece is known (the part record), or it has none
+  kTimelineQueries = 2,     // the first piece's queries are in registers
+  kTimelineFirstPage = 3,   // the first page has landed and every thread saw it
+  kTimelinePagesDone = 4,   // the last piece's last page is computed
+  kTimelineStored = 5,      // the last piece's output (or partial) is stored
+  kTimelineExit = 6,        // the CTA ends (after the fused merge, with kFused)
+  kTimelineSlots = 7
+};
+static_assert(kTimelineSlots == kDecodeTimelineSlots);
 
 // kFast's fused combine: the split pieces a CTA has arrived for and will merge its share of after
 // its last piece (at most two: a part's first and last pieces are the only ones that can be split).

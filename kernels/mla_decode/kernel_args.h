@@ -23,6 +23,9 @@ struct DecodeKernelArgs {
   // The cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
   // 128-byte swizzle (one box = one 64-column block of a page).
   CUtensorMap kv_tensor_map = {};
+  // Diagnostics (launch_mla_decode_with_timeline): per CTA, kTimelineSlots global-timer stamps
+  // (ns) then kTimelineSlots clock64 stamps; only the 16-row body records. Null otherwise.
+  uint64_t* timeline = nullptr;
 };
 
 // Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may
@@ -64,6 +67,7 @@ void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how
 // fused_combine.cuh) and no combine kernel follows; false is kBaseline's kernel, unchanged.
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
+// (args.timeline set: the instantiation that records its phases; otherwise the same code.)
 
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);

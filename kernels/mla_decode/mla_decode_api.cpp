@@ -321,12 +321,15 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
                              layout.num_combine_counters, plan_min_cost_per_part(params), stream);
 }
 
-void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
+namespace {
+
+void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream_t stream) {
   const DecodeDeviceFacts device = current_decode_device_facts();
   check_mla_decode_args(params, device);
   if (params.batch == 0) return;
   decode::DecodeKernelArgs args;
   args.params = params;
+  args.timeline = timeline;
   args.shape =
       decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
   args.heads_per_kv = params.num_heads_q / params.num_heads_kv;
@@ -388,6 +391,25 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
     mark_phase("combine", stream);
     decode::launch_combine_kernel(args, launched_combine_kind(args, fast), stream);
   }
+}
+
+}  // namespace
+
+void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
+  launch_decode(params, nullptr, stream);
+}
+
+int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
+  const DecodeLaunchShape shape =
+      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  return int64_t(shape.num_parts) * params.num_heads_kv * shape.num_row_tiles * 2 *
+         kDecodeTimelineSlots;
+}
+
+void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
+                                     cudaStream_t stream) {
+  require(timeline != nullptr, "timeline is null (allocate mla_decode_timeline_words() uint64)");
+  launch_decode(params, timeline, stream);
 }
 
 }  // namespace mla::kernels

@@ -46,7 +46,20 @@ __device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
   return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-template <int kRowsPerTile, bool kFusedCombine>
+// kTimeline: thread 0 stamps the TimelineSlot phases into args.timeline (a diagnostic
+// instantiation; the production ones compile without a trace of it).
+template <bool kTimeline>
+__device__ __forceinline__ void stamp(const DecodeKernelArgs& args, int slot) {
+  if constexpr (kTimeline) {
+    if (threadIdx.x != 0) return;
+    uint64_t* cta = args.timeline +
+                    (static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots;
+    cta[slot] = ptx::global_timer_ns();
+    cta[kTimelineSlots + slot] = static_cast<uint64_t>(clock64());
+  }
+}
+
+template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
   using Cfg = TileConfig<kRowsPerTile>;
@@ -79,6 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
+  stamp<kTimeline>(args, kTimelineEntry);
   if (tid == 0) {
     tma::prefetch_tensor_map(&args.kv_tensor_map);
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
@@ -91,6 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
   const bool has_work = cursor.first(&piece);
+  stamp<kTimeline>(args, kTimelineFirstPiece);
   // Thread 0's look-ahead: the same pages, issued ahead.
   PartPageStream prefetch(cursor, has_work, piece);
 
@@ -120,6 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // The stage goes back to TMA (async proxy) after the page barrier below.
     wgmma::fence_proxy_async_shared();
+    if (pipeline.pages_done == 0) stamp<kTimeline>(args, kTimelineQueries);
 
     // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
     float row_max_run[kMS][2];
@@ -148,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       pipeline.wait_current(tid, reinterpret_cast<uint8_t*>(smem.kv[stage]),
                             piece.seqlen - page * kPageTokens);
       __syncthreads();  // page visible to all; everyone is done with the page before it
+      if (pipeline.pages_done == 0) stamp<kTimeline>(args, kTimelineFirstPage);
       if (tid == 0) pipeline.issue_next(args, prefetch, kv_head);  // two pages ahead
       ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
@@ -275,6 +292,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
+    stamp<kTimeline>(args, kTimelinePagesDone);  // each piece; the last one's stays
+
     // Epilogue: row sums over the quad, then over the token groups (through smem).
 #pragma unroll
     for (int ms = 0; ms < kMS; ++ms) {
@@ -338,6 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    stamp<kTimeline>(args, kTimelineStored);
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);
     }
@@ -349,13 +369,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                                        int(sizeof(smem.kv) / sizeof(float)));
     write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
   }
+  stamp<kTimeline>(args, kTimelineExit);
 }
 
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SharedStorage<kRowsPerTile>);
-  auto* kernel = fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
-                               : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
+  auto* kernel = args.timeline != nullptr
+                     ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
+                                      : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
+                 : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
+                                 : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(

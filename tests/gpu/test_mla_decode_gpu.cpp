@@ -490,6 +490,57 @@ TEST(MlaDecodeGpuFused, RefusesAGridLargerThanTheDevice) {
   EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
 }
 
+// The timeline instantiation (diagnostics) computes the same output as the production kernel and
+// stamps every phase in order: per CTA with work, entry ≤ first piece ≤ queries ≤ first page ≤
+// pages computed ≤ stored ≤ exit on both clocks; a CTA without work stamps entry, first piece and
+// exit.
+TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = {3000, 0, 70, 1};  // split, empty, two pages, one key
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kFused}) {
+    const bench::DecodeOutputs want = run_decode(gpu, {MlaDecodeKernel::kFast, combine});
+    gpu.poison_outputs(nullptr);
+    kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
+    kernels::MlaDecodeParams params = gpu.decode_params();
+    params.kernel = MlaDecodeKernel::kFast;
+    params.combine = combine;
+    const int64_t words = kernels::mla_decode_timeline_words(params);
+    cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
+    MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
+    kernels::launch_mla_decode_with_timeline(params, timeline.data(), nullptr);
+    const bench::DecodeOutputs got = gpu.fetch(nullptr);
+    const std::string label = kernels::to_string(combine);
+    EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
+        << label << ": the timeline instantiation's output differs";
+    EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)))
+        << label;
+    const std::vector<uint64_t> stamps = timeline.to_host();
+    constexpr int kSlots = kernels::kDecodeTimelineSlots;
+    int with_work = 0;
+    for (int64_t cta = 0; cta < words / (2 * kSlots); ++cta) {
+      for (int clock = 0; clock < 2; ++clock) {
+        const uint64_t* t = stamps.data() + (cta * 2 + clock) * kSlots;
+        ASSERT_NE(t[0], 0u) << label << ": CTA " << cta << " never stamped its entry";
+        ASSERT_NE(t[kSlots - 1], 0u) << label << ": CTA " << cta << " never stamped its exit";
+        const bool has_work = t[2] != 0;
+        if (clock == 0 && has_work) ++with_work;
+        uint64_t previous = 0;
+        for (int slot = 0; slot < kSlots; ++slot) {
+          const bool expected = has_work || slot == 0 || slot == 1 || slot == kSlots - 1;
+          EXPECT_EQ(t[slot] != 0, expected) << label << ": CTA " << cta << ", slot " << slot;
+          if (t[slot] == 0) continue;
+          EXPECT_GE(t[slot], previous) << label << ": CTA " << cta << ", slot " << slot;
+          previous = t[slot];
+        }
+      }
+    }
+    EXPECT_GT(with_work, 1) << label << ": the 3000-token sequence splits over several CTAs";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Kernels, MlaDecodeGpu,
     ::testing::Values(KernelChoice{MlaDecodeKernel::kBaseline, MlaDecodeCombine::kAuto},

@@ -28,6 +28,7 @@ struct BenchDecodeOptions {
   std::string commit = "unknown";
   std::string kernel = "all";
   std::string only;  // "b,s_q,h_q,s_k" (s_k 0 = varlen)
+  bool timeline = false;
 };
 
 void run_bench_decode(const BenchDecodeOptions& options) {
@@ -67,6 +68,8 @@ void run_bench_decode(const BenchDecodeOptions& options) {
                 options.kernel);
   }
 
+  if (options.timeline)
+    bench_options.timeline_sink = [](const std::string& text) { fmt::print("{}", text); };
   if (!options.only.empty()) {
     bench::DecodeBenchCase only;
     if (std::sscanf(options.only.c_str(), "%d,%d,%d,%d", &only.batch, &only.seqlen_q,
@@ -193,6 +196,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--commit", options->commit, "Commit id recorded in the JSON");
   decode->add_option("--only", options->only,
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
+  decode->add_flag("--timeline", options->timeline,
+                   "Also print each fast row's phase timeline (16-row body: when its CTAs reach "
+                   "each phase, and how long the phases take)");
   decode->add_option("--kernel", options->kernel,
                      "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
                      "fast_seesaw_s_first, fast_seesaw_pv_first interleaved), combine-ab "

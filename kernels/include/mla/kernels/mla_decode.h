@@ -152,6 +152,19 @@ DecodeDeviceFacts current_decode_device_facts();
 void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stream);
 void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 
+// Diagnostics: launch_mla_decode() with the 16-row body (h_q / h_kv · s_q ≤ 16) stamping when each
+// CTA reaches each phase, for `mla bench decode --timeline`. `timeline` (device memory, zeroed by
+// the caller) receives, per CTA of the split-KV grid (blockIdx.y · gridDim.x + blockIdx.x),
+// kDecodeTimelineSlots %globaltimer values (ns) then as many clock64 values (cycles of its SM); a
+// slot a CTA never reaches stays 0. Phases, in order: entry, first piece known, queries in
+// registers, first page landed, last page computed, output stored, exit. It runs a separate
+// instantiation of the same body (the production kernels are unchanged); other bodies and the
+// combine kernels record nothing.
+inline constexpr int kDecodeTimelineSlots = 7;
+int64_t mla_decode_timeline_words(const MlaDecodeParams& params);  // split-KV CTAs · 2 · slots
+void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
+                                     cudaStream_t stream);
+
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
   size_t plan_offset = 0;              // int32[decode_plan_ints(batch, num_parts)]

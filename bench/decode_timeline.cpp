@@ -1,0 +1,109 @@
+// capture_decode_timeline(), format_decode_timeline(); see decode_timeline.h.
+#include "bench/decode_timeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench/timing.h"
+#include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "mla/kernels/timestamp.h"
+
+namespace mla::bench {
+namespace {
+
+constexpr int kSlots = kernels::kDecodeTimelineSlots;
+constexpr const char* kPhaseNames[kSlots] = {"entry",
+                                             "first piece known",
+                                             "queries loaded",
+                                             "first page landed",
+                                             "pages computed",
+                                             "output stored",
+                                             "exit"};
+constexpr int kQueriesSlot = 2;                    // a CTA that loaded queries had a piece of work
+constexpr size_t kFlushBytes = size_t(256) << 20;  // as EventTimer's
+
+// One run's numbers (the DecodeTimeline of that run alone).
+DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start, uint64_t end,
+                             int sm_clock_khz) {
+  DecodeTimeline run;
+  run.ctas = static_cast<int>(words.size() / (2 * kSlots));
+  run.op_end_us = (double(end) - double(start)) * 1e-3;
+  const double cycles_per_us = sm_clock_khz * 1e-3;
+  for (int slot = 0; slot < kSlots; ++slot) {
+    std::vector<double> reached, phase;
+    for (int cta = 0; cta < run.ctas; ++cta) {
+      const uint64_t* ns = words.data() + size_t(cta) * 2 * kSlots;
+      const uint64_t* clk = ns + kSlots;
+      if (ns[slot] == 0) continue;
+      reached.push_back((double(ns[slot]) - double(start)) * 1e-3);
+      const bool has_work = ns[kQueriesSlot] != 0;
+      if (slot > 0 && has_work && clk[slot - 1] != 0)
+        phase.push_back(double(clk[slot] - clk[slot - 1]) / cycles_per_us);
+    }
+    if (!reached.empty())
+      run.reached_us[slot] = {*std::min_element(reached.begin(), reached.end()), median(reached),
+                              *std::max_element(reached.begin(), reached.end())};
+    if (!phase.empty()) run.phase_us[slot] = median(phase);
+  }
+  for (int cta = 0; cta < run.ctas; ++cta)
+    if (words[size_t(cta) * 2 * kSlots + kQueriesSlot] != 0) ++run.ctas_with_work;
+  return run;
+}
+
+}  // namespace
+
+DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, int runs,
+                                       int sm_clock_khz, cudaStream_t stream) {
+  MLA_CHECK_GE(runs, 1);
+  const int64_t words = kernels::mla_decode_timeline_words(params);
+  cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words)), stamps(2);
+  cuda::DeviceBuffer<char> flush(kFlushBytes);
+  std::vector<DecodeTimeline> per_run;
+  for (int run = 0; run < runs; ++run) {
+    MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
+    MLA_CUDA_CHECK(cudaMemsetAsync(flush.data(), run & 0xff, flush.bytes(), stream));
+    kernels::launch_timestamp(stamps.data(), stream);
+    kernels::launch_mla_decode_with_timeline(params, timeline.data(), stream);
+    kernels::launch_timestamp(stamps.data() + 1, stream);
+    const std::vector<uint64_t> host = timeline.to_host(stream);
+    const std::vector<uint64_t> bracket = stamps.to_host(stream);
+    per_run.push_back(summarize_run(host, bracket[0], bracket[1], sm_clock_khz));
+  }
+  // Median over runs, number by number.
+  DecodeTimeline result = per_run.front();
+  auto median_of = [&](auto get) {
+    std::vector<double> values;
+    for (const DecodeTimeline& run : per_run) values.push_back(get(run));
+    return median(values);
+  };
+  result.op_end_us = median_of([](const DecodeTimeline& t) { return t.op_end_us; });
+  for (int slot = 0; slot < kSlots; ++slot) {
+    for (int k = 0; k < 3; ++k)
+      result.reached_us[slot][k] =
+          median_of([&](const DecodeTimeline& t) { return t.reached_us[slot][k]; });
+    result.phase_us[slot] = median_of([&](const DecodeTimeline& t) { return t.phase_us[slot]; });
+  }
+  return result;
+}
+
+std::string format_decode_timeline(const DecodeTimeline& timeline, const std::string& label) {
+  std::string text = fmt::format(
+      "timeline {}: {} of {} split-KV CTAs have work; µs after the stamp before the op (min / "
+      "median / max over CTAs), and the phase's median length inside a CTA (clock64)\n",
+      label, timeline.ctas_with_work, timeline.ctas);
+  for (int slot = 0; slot < kSlots; ++slot) {
+    const auto& r = timeline.reached_us[slot];
+    text += fmt::format("  {:<18} {:7.2f} {:7.2f} {:7.2f}", kPhaseNames[slot], r[0], r[1], r[2]);
+    if (slot > 0) text += fmt::format("   phase {:6.2f}", timeline.phase_us[slot]);
+    text += "\n";
+  }
+  text += fmt::format("  {:<18} {:7.2f}  (the stamp after the op: combine included)\n", "op end",
+                      timeline.op_end_us);
+  return text;
+}
+
+}  // namespace mla::bench

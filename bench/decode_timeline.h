@@ -1,0 +1,33 @@
+// One decode launch's phase timeline: launch_mla_decode_with_timeline() between two timestamp
+// kernels, after the same L2 flush as the timed runs. When each CTA of the split-KV grid reached
+// each phase (%globaltimer, from the stamp before the op), and how long each phase took inside a
+// CTA (clock64 at the SM's maximum clock); medians over runs. Only the 16-row body records.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <string>
+
+#include "mla/kernels/mla_decode.h"
+
+namespace mla::bench {
+
+struct DecodeTimeline {
+  int ctas = 0;            // of the split-KV grid
+  int ctas_with_work = 0;  // that had a piece
+  // Per phase: {min, median, max} over the CTAs that reached it, µs after the stamp before the op.
+  std::array<std::array<double, 3>, kernels::kDecodeTimelineSlots> reached_us{};
+  // Per phase i ≥ 1: median over CTAs with work of (phase i − phase i−1), clock64 → µs.
+  std::array<double, kernels::kDecodeTimelineSlots> phase_us{};
+  double op_end_us = 0;  // the stamp after the op (the combine, if launched, is done by then)
+};
+
+// params: a planned decode (launch_mla_decode_plan already run on `stream`).
+DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, int runs,
+                                       int sm_clock_khz, cudaStream_t stream);
+
+// A few lines of text: the phases' times after the stamp and their durations inside a CTA.
+std::string format_decode_timeline(const DecodeTimeline& timeline, const std::string& label);
+
+}  // namespace mla::bench
