@@ -33,6 +33,9 @@ namespace mla::kernels::decode {
 
 inline constexpr int kMergeColumns = 8;                     // output columns per merged item
 inline constexpr int kMergeGroups = kDimV / kMergeColumns;  // 64 groups of 8 columns per row
+// merge_share's scratch must hold at least one piece of a 64-row tile's whole share (its chunk of
+// pieces is never 0); the bodies static_assert their page stages against it.
+inline constexpr int kMergeShareMinScratchFloats = 4 + 64 * (1 + kMergeGroups * kMergeColumns);
 
 // One query row × kMergeColumns output columns merged over a sequence's pieces, online: pieces
 // are added under a running maximum that only rises.

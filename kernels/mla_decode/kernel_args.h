@@ -17,8 +17,8 @@ struct DecodeKernelArgs {
   const int32_t* plan = nullptr;  // [decode_plan_ints(b, num_parts)] int32, in the workspace
   float* partial_lse = nullptr;   // [max_splits, h_kv, rows_per_kv_head] fp32 (natural log)
   float* partial_out = nullptr;   // [max_splits, h_kv, rows_per_kv_head, 512] fp32 (normalised)
-  // kFast's arrival counters of the fused combine, zeroed by the plan kernel and put back to 0 by
-  // the last CTA of each sequence: [b, h_kv, num_row_tiles] int32, in the workspace.
+  // kFast's arrival counters of the fused combine, zeroed by the plan kernel; each fused launch
+  // adds a sequence's number of pieces: [b, h_kv, num_row_tiles] int32, in the workspace.
   int* combine_counters = nullptr;
   // The cache as a 4-D TMA map {576, 64 tokens, num_pages, h_kv}, boxes of 64 × 64 with the
   // 128-byte swizzle (one box = one 64-column block of a page).

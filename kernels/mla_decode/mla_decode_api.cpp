@@ -349,7 +349,8 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream
   const int64_t grid_ctas =
       int64_t(args.shape.num_parts) * params.num_heads_kv * args.shape.num_row_tiles;
   const bool all_resident = grid_ctas <= device.num_sms;
-  require(all_resident || params.combine != MlaDecodeCombine::kFused,
+  require(all_resident || params.kernel != MlaDecodeKernel::kFast ||
+              params.combine != MlaDecodeCombine::kFused,
           fmt::format("combine kFused needs every CTA resident at once: the grid has {} CTAs "
                       "(num_sms {}), the device has {} SMs",
                       grid_ctas, params.num_sms, device.num_sms));

@@ -1,7 +1,7 @@
 // The decode plan kernel (one CTA computes the whole plan from the device seqlens, and zeroes
 // kFast's combine counters) and the combine kernels (merge a sequence's split-KV partial results by
-// log-sum-exp) that follow kBaseline's split-KV kernel; kFast merges inside its split-KV kernel
-// (fused_combine.cuh).
+// log-sum-exp) launched after the split-KV kernel (kFast's fused combine merges inside it instead:
+// fused_combine.cuh).
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kPlanThreads)
   int32_t* part_first_seq = split_begin + args.batch + 1;
   const int tid = threadIdx.x;
 
-  // kFast's arrival counters start every step at 0 (its last CTAs put them back to 0 after).
+  // kFast's arrival counters start every step at 0 (each fused launch then adds a sequence's number
+  // of pieces to its counter).
   for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
     args.combine_counters[i] = 0;
 
@@ -152,9 +153,11 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   const int column0 = (warp_index % kSlices) * kColumnsPerWarp;
   const int batch_index = blockIdx.y;
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
+  // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
+  // finished without waiting could let the stream's next kernel overtake the split grid.
+  ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
   const int num_splits = plan.num_splits(batch_index);
   if (num_splits == 1) return;
-  ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
@@ -226,9 +229,9 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   const int column0 = (warp_index % kMergeGroups) * kMergeColumns;
   const int batch_index = blockIdx.y;
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
+  ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
   const int num_splits = plan.num_splits(batch_index);
   if (num_splits == 1) return;
-  ptx::wait_for_preceding_grid();
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;

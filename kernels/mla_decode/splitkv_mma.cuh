@@ -16,8 +16,9 @@
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
 //   max = -inf, and exponentials subtract 0 instead so no (-inf) - (-inf) appears.
 // - Every thread keeps its own partial row sums; they are reduced once per piece, not per page.
-// - kFusedCombine (kFast): after a split piece's partial, the CTA arrives on its sequence's counter
-//   and the last one merges the sequence (fused_combine.cuh); false is kBaseline's kernel.
+// - kFusedCombine (kFast, kFused): after a split piece's partial, the CTA arrives on its sequence's
+//   counter; after its last piece it waits for the sequence's other pieces and merges its share of
+//   the columns (fused_combine.cuh). false: the combine is launched after the kernel.
 #pragma once
 
 #include <cmath>
@@ -364,6 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if constexpr (kFusedCombine) {
     // The page stages are free now: the merge stages the partials there.
+    static_assert((sizeof(smem.kv)) / sizeof(float) >= kMergeShareMinScratchFloats);
     merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, kv_head, tile_row0,
                                        reinterpret_cast<float*>(smem.kv),
                                        int(sizeof(smem.kv) / sizeof(float)));

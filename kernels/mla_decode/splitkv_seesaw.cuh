@@ -381,6 +381,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if constexpr (kFusedCombine) {
     // The page stages and the query tile are free now: the merge stages the partials there.
+    static_assert((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float) >=
+                  kMergeShareMinScratchFloats);
     merge_pending_pieces<kSeesawRows>(args, plan, smem.pending, kv_head, tile_row0,
                                       reinterpret_cast<float*>(smem.q),
                                       int((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float)));

@@ -10,8 +10,9 @@
 // rescale factors never leave registers. Tiles live in shared memory as 64-column blocks of
 // 64 rows × 128 B with the 128-byte swizzle (16-byte chunk ^= row & 7): the layout TMA writes and
 // wgmma's descriptors describe. Rows past a sequence's end are zeroed after the copy.
-// kFusedCombine (kFast): after a split piece's partial, the CTA arrives on its sequence's counter
-// and the last one merges the sequence (fused_combine.cuh); false is kBaseline's kernel.
+// kFusedCombine (kFast, kFused): after a split piece's partial, the CTA arrives on its sequence's
+// counter; after its last piece it waits for the sequence's other pieces and merges its share
+// (fused_combine.cuh). false: the combine is launched after the kernel.
 #pragma once
 
 #include <cstddef>
@@ -211,6 +212,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if constexpr (kFusedCombine) {
     // The page stages are free now: the merge stages the partials there.
+    static_assert((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float) >=
+                  kMergeShareMinScratchFloats);
     merge_pending_pieces<kWgmmaRows>(args, plan, smem.pending, kv_head, tile_row0,
                                      reinterpret_cast<float*>(smem.q),
                                      int((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float)));

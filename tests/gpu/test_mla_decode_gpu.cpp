@@ -223,7 +223,8 @@ TEST_P(MlaDecodeGpu, OneSequenceOf128kTokensSplitOverEverySm) {
   MLA_REQUIRE_SM90_GPU();
   // b = 1: every CTA of the grid holds a piece of the one sequence (16-row tiles: num_sms pieces;
   // h_q = 128: two 64-row tiles, num_sms / 2 pieces each), and they finish in whatever order the
-  // SMs do. kFast's last CTA merges them all (fused combine); kBaseline's combine kernel does.
+  // SMs do. kFast's fused combine merges them inside the kernel (every CTA a share of the columns);
+  // the launched combine kernels do it after.
   for (int heads : {16, 128}) {
     ref::PagedDecodeProblemSpec spec;
     spec.num_heads_q = heads;
@@ -240,8 +241,8 @@ TEST_P(MlaDecodeGpu, OneWorkspaceAcrossShapesAndRepeatedLayers) {
   MLA_REQUIRE_SM90_GPU();
   // One workspace (filled with 0xff bytes once: nothing may rely on it being zero) serves a series
   // of steps of different shapes and seqlens. Each step runs the plan once, then the decode three
-  // times like three layers, outputs poisoned before each: kFast's later layers find its combine
-  // counters at 0 only if the last CTA of every split sequence put them back.
+  // times like three layers, outputs poisoned before each: kFast's fused launches find the combine
+  // counters where the previous launch left them (each adds a sequence's number of pieces).
   struct Step {
     int heads, seqlen_q;
     std::vector<int32_t> seqlens;

@@ -43,7 +43,11 @@ const char* to_string(MlaDecodeKernel kernel);
 // counter after storing a piece's partial; after its last piece it waits for the sequence's other
 // pieces, then merges its own share of the output columns (fused_combine.cuh). Its CTAs wait for
 // each other, so the grid must fit the device's SMs: launch_mla_decode() throws when kFused is
-// asked for a grid that does not. kLaunched: a combine kernel follows as a programmatic dependent
+// asked for a grid that does not (num_sms above the device's SMs, or h_kv × row tiles beyond
+// them). It also assumes those SMs are this grid's alone until it ends (no MPS share or green
+// context smaller than the device, no kernel that never finishes beside it) and that the plan was
+// made for this launch (same batch, num_sms and seqlens): otherwise a CTA waits for a piece that
+// never arrives. kLaunched: a combine kernel follows as a programmatic dependent
 // launch (split-parallel for small batches, decode_batch_is_small()). kAuto: kLaunched. Measured on
 // the H200 (2026-11-30, commit 1374d7e, `mla bench decode --kernel combine-ab`, interleaved
 // medians, µs, fused vs launched): b = 1, h_q = 16: 16.6 vs 13.6 at s_k = 1024, 29.9–32.8 vs
@@ -180,15 +184,16 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 
 // The combine a launch with these params uses: kLaunched for kBaseline; for kFast, params.combine,
 // with kAuto resolved by the environment's MLA_DECODE_COMBINE when set (a value other than auto,
-// fused, launched throws mla::Error), else kLaunched.
+// fused, launched throws mla::Error), else kLaunched. launch_mla_decode() launches the combine
+// instead of an environment-chosen kFused whose grid does not fit the device's SMs.
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params);
 // Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows): kFast's
 // launched combine is then the split-parallel kernel.
 bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
-// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset: kLockstep; a
-// value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q · h_q / h_kv):
-// never kAuto nor kSeesaw.
+// params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset:
+// kSeesawPvFirst; a value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q
+// · h_q / h_kv): never kAuto nor kSeesaw.
 MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
