@@ -45,15 +45,6 @@ MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int se
   return seqlen - 1 - (args.params.causal ? args.params.seqlen_q - 1 - s : 0);
 }
 
-// kFast with a launched combine: the split-parallel one when sequences are expected to split many
-// ways (at least min_parts_per_seq parts per sequence) and the batch has at most max_rows rows.
-inline bool fast_wants_split_parallel_combine(const DecodeKernelArgs& args,
-                                              int64_t min_parts_per_seq, int64_t max_rows) {
-  const int64_t rows = int64_t(args.params.num_heads_kv) * args.shape.rows_per_kv_head;
-  return args.shape.num_parts >= min_parts_per_seq * int64_t(args.params.batch) &&
-         int64_t(args.params.batch) * rows <= max_rows;
-}
-
 // How the launched combine runs: one warp per row (kBaseline), the same as a programmatic
 // dependent of the split-KV grid (kFast), or kFast's split-parallel kernel (also dependent).
 enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kSplitParallel };

@@ -94,7 +94,7 @@ int64_t environment_count(const char* name, int64_t max_value) {
 // The launched combine's kernel: kFast's split-parallel one for small batches (the thresholds
 // overridable for measuring: MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ,
 // MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS), else one warp per row, both as programmatic dependents.
-decode::DecodeCombineLaunch launched_combine_kind(const decode::DecodeKernelArgs& args, bool fast) {
+decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params, bool fast) {
   using decode::DecodeCombineLaunch;
   if (!fast) return DecodeCombineLaunch::kPerRow;
   static const int64_t min_parts_from_environment =
@@ -105,7 +105,8 @@ decode::DecodeCombineLaunch launched_combine_kind(const decode::DecodeKernelArgs
       min_parts_from_environment >= 0 ? min_parts_from_environment : kSmallBatchMinPartsPerSeq;
   const int64_t max_rows =
       max_rows_from_environment >= 0 ? max_rows_from_environment : kSmallBatchMaxRows;
-  return decode::fast_wants_split_parallel_combine(args, min_parts, max_rows)
+  return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
+                               params.num_heads_kv, params.num_sms, min_parts, max_rows)
              ? DecodeCombineLaunch::kSplitParallel
              : DecodeCombineLaunch::kPerRowDependent;
 }
@@ -131,28 +132,25 @@ const char* to_string(MlaDecodeCombine combine) {
   return "unknown";
 }
 
-bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
-                           int num_sms) {
+bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms,
+                           int64_t min_parts_per_seq, int64_t max_rows) {
   if (batch <= 0 || num_heads_kv <= 0) return false;
   const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
-  return shape.num_parts >= int64_t(kSmallBatchMinPartsPerSeq) * batch &&
-         int64_t(batch) * num_heads_kv * shape.rows_per_kv_head <= kSmallBatchMaxRows;
+  return shape.num_parts >= min_parts_per_seq * batch &&
+         int64_t(batch) * num_heads_kv * shape.rows_per_kv_head <= max_rows;
 }
 
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeCombine::kLaunched;
   if (params.combine != MlaDecodeCombine::kAuto) return params.combine;
-  static const MlaDecodeCombine from_environment = [] {
+  static const bool fused_by_environment = [] {
     const char* text = std::getenv("MLA_DECODE_COMBINE");
     const std::string value = text != nullptr ? text : "";
     require(value.empty() || value == "auto" || value == "fused" || value == "launched",
             fmt::format("MLA_DECODE_COMBINE must be auto, fused or launched, got '{}'", value));
-    return value == "fused"      ? MlaDecodeCombine::kFused
-           : value == "launched" ? MlaDecodeCombine::kLaunched
-                                 : MlaDecodeCombine::kAuto;
+    return value == "fused";
   }();
-  return from_environment == MlaDecodeCombine::kFused ? MlaDecodeCombine::kFused
-                                                      : MlaDecodeCombine::kLaunched;
+  return fused_by_environment ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
 }
 
 const char* to_string(MlaDecodeSchedule schedule) {
@@ -346,11 +344,9 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
   // kFast's fused combine: the split-KV kernel merges split sequences itself, no combine launch.
   // Its CTAs wait for each other, so all of them must be resident at once: at most one per SM.
-  const int64_t grid_ctas =
-      int64_t(args.shape.num_parts) * params.num_heads_kv * args.shape.num_row_tiles;
+  const int64_t grid_ctas = decode_grid_ctas(args.shape, params.num_heads_kv);
   const bool all_resident = grid_ctas <= device.num_sms;
-  require(all_resident || params.kernel != MlaDecodeKernel::kFast ||
-              params.combine != MlaDecodeCombine::kFused,
+  require(all_resident || !fast || params.combine != MlaDecodeCombine::kFused,
           fmt::format("combine kFused needs every CTA resident at once: the grid has {} CTAs "
                       "(num_sms {}), the device has {} SMs",
                       grid_ctas, params.num_sms, device.num_sms));
@@ -390,7 +386,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream
   }
   if (!fused_combine) {
     mark_phase("combine", stream);
-    decode::launch_combine_kernel(args, launched_combine_kind(args, fast), stream);
+    decode::launch_combine_kernel(args, launched_combine_kind(params, fast), stream);
   }
 }
 
@@ -401,10 +397,10 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
 }
 
 int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
-  const DecodeLaunchShape shape =
-      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
-  return int64_t(shape.num_parts) * params.num_heads_kv * shape.num_row_tiles * 2 *
-         kDecodeTimelineSlots;
+  return decode_grid_ctas(decode_launch_shape(params.seqlen_q, params.num_heads_q,
+                                              params.num_heads_kv, params.num_sms),
+                          params.num_heads_kv) *
+         2 * kDecodeTimelineSlots;
 }
 
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,

@@ -169,12 +169,14 @@ void Model::load_layer(const WeightSource& weights, int index) {
     layer.shared_down_proj = load("mlp.shared_experts.down_proj.weight", {hidden, shared_width});
     if (options_.fold_shared_experts) {
       // Virtual expert j: gate/up rows [j·width, (j+1)·width) (contiguous views), down columns
-      // [j·width, (j+1)·width) of [hidden, shared_width] (strided: copied out).
+      // [j·width, (j+1)·width) of [hidden, shared_width] (strided, so copied out, unless it is the
+      // whole tensor: one shared expert, as in V3).
       for (int64_t j = 0; j < c.n_shared_experts; ++j) {
         layer.experts.gate_proj.push_back(layer.shared_gate_proj.slice(0, j * width, width));
         layer.experts.up_proj.push_back(layer.shared_up_proj.slice(0, j * width, width));
-        layer.experts.down_proj.push_back(
-            backend_.repack_weight(layer.shared_down_proj.slice(1, j * width, width)));
+        const Tensor down = layer.shared_down_proj.slice(1, j * width, width);
+        layer.experts.down_proj.push_back(down.is_contiguous() ? down
+                                                               : backend_.repack_weight(down));
       }
       backend_.release_weight(layer.shared_down_proj);
       layer.folded_shared_experts = c.n_shared_experts;

@@ -114,6 +114,14 @@ TEST(Generate, GreedyIdsMatchTransformers) {
   }
 }
 
+// Weight elements in a checkpoint (its FP8 scales left out): what a backend must hold.
+int64_t checkpoint_weight_elements(const weights::Checkpoint& checkpoint) {
+  int64_t elements = 0;
+  for (const weights::TensorInfo* tensor : checkpoint.tensors())
+    if (tensor->name.find("_scale_inv") == std::string::npos) elements += tensor->numel();
+  return elements;
+}
+
 // Folding the shared experts: each MoE layer's experts end with n_shared_experts slices of the
 // shared MLP (gate/up: row views of its weights; down: contiguous copies of its column blocks,
 // equal to them value for value), the original down_proj is released, and the backend holds as
@@ -121,10 +129,7 @@ TEST(Generate, GreedyIdsMatchTransformers) {
 TEST(FoldSharedExperts, ExpertsEndWithTheSharedSlicesAndNothingIsDuplicated) {
   const std::string dir = fixture_dir("tiny-deepseek-v2-lite");
   const weights::Checkpoint checkpoint = weights::Checkpoint::open(dir);
-  int64_t checkpoint_elements = 0;
-  for (const weights::TensorInfo* tensor : checkpoint.tensors())
-    if (tensor->name.find("_scale_inv") == std::string::npos)
-      checkpoint_elements += tensor->numel();
+  const int64_t checkpoint_elements = checkpoint_weight_elements(checkpoint);
   model::CpuBackend plain_backend, folded_backend;
   model::ModelOptions plain_options;
   plain_options.fold_shared_experts = false;
@@ -181,10 +186,7 @@ TEST(FuseInputProjections, ProjectionsAreRowViewsOfOneWeightAndNothingIsDuplicat
     SCOPED_TRACE(fixture);
     const std::string dir = fixture_dir(fixture);
     const weights::Checkpoint checkpoint = weights::Checkpoint::open(dir);
-    int64_t checkpoint_elements = 0;
-    for (const weights::TensorInfo* tensor : checkpoint.tensors())
-      if (tensor->name.find("_scale_inv") == std::string::npos)
-        checkpoint_elements += tensor->numel();
+    const int64_t checkpoint_elements = checkpoint_weight_elements(checkpoint);
     model::CpuBackend plain_backend, fused_backend;
     model::ModelOptions plain_options;
     plain_options.fuse_input_projections = false;
@@ -227,10 +229,7 @@ TEST(FuseInputProjections, ProjectionsAreRowViewsOfOneWeightAndNothingIsDuplicat
 TEST(Absorption, WeightsAreViewsAndNothingWeightSizedIsAllocated) {
   const std::string dir = fixture_dir("tiny-deepseek-v3");
   const weights::Checkpoint checkpoint = weights::Checkpoint::open(dir);
-  int64_t checkpoint_elements = 0;
-  for (const weights::TensorInfo* tensor : checkpoint.tensors())
-    if (tensor->name.find("_scale_inv") == std::string::npos)
-      checkpoint_elements += tensor->numel();
+  const int64_t checkpoint_elements = checkpoint_weight_elements(checkpoint);
   model::CpuBackend backend;
   model::Model model(checkpoint, backend, {});
   EXPECT_EQ(backend.stats().weight_elements, checkpoint_elements);

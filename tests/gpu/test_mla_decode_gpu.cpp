@@ -55,19 +55,31 @@ void PrintTo(const KernelChoice& choice, std::ostream* os) {
 }
 
 // poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
-bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice) {
+// timeline: launch_mla_decode_with_timeline() into it instead of launch_mla_decode().
+bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice,
+                                uint64_t* timeline = nullptr) {
   gpu.poison_outputs(nullptr);
   kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
   kernels::MlaDecodeParams params = gpu.decode_params();
   params.kernel = choice.kernel;
   params.combine = choice.combine;
   params.schedule = choice.schedule;
-  kernels::launch_mla_decode(params, nullptr);
+  if (timeline != nullptr)
+    kernels::launch_mla_decode_with_timeline(params, timeline, nullptr);
+  else
+    kernels::launch_mla_decode(params, nullptr);
   return gpu.fetch(nullptr);
 }
 
 constexpr double kMaxRelativeL2 = 3e-3;
 constexpr double kMaxLseRelative = 1e-5;
+
+// No NaN, and out and lse within the tolerances above.
+void expect_within_tolerance(const testing::Comparison& c) {
+  EXPECT_EQ(c.nan_count, 0u);
+  EXPECT_LE(c.relative_l2, kMaxRelativeL2);
+  EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
+}
 
 struct Reference {
   std::vector<float> out, lse;
@@ -459,10 +471,7 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
     for (int d = 0; d < 512; ++d)
       got[size_t(r) * 512 + d] = bf16_to_float(out_padded[size_t(r) * (512 + kPadOut) + d]);
   const bench::DecodeOutputs lse_only = gpu.fetch(nullptr);
-  const testing::Comparison c = testing::compare_decode(got, want.out, lse_only.lse, want.lse);
-  EXPECT_EQ(c.nan_count, 0u);
-  EXPECT_LE(c.relative_l2, kMaxRelativeL2);
-  EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
+  expect_within_tolerance(testing::compare_decode(got, want.out, lse_only.lse, want.lse));
 }
 
 // kFused's CTAs wait for each other: a grid larger than the device (num_sms beyond its SMs) is
@@ -485,10 +494,7 @@ TEST(MlaDecodeGpuFused, RefusesAGridLargerThanTheDevice) {
   const Reference want = run_reference(problem);
   const bench::DecodeOutputs got =
       run_decode(gpu, {MlaDecodeKernel::kFast, MlaDecodeCombine::kAuto});
-  const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
-  EXPECT_EQ(c.nan_count, 0u);
-  EXPECT_LE(c.relative_l2, kMaxRelativeL2);
-  EXPECT_LE(c.max_lse_relative, kMaxLseRelative);
+  expect_within_tolerance(testing::compare_decode(got.out, want.out, got.lse, want.lse));
 }
 
 // The timeline instantiation (diagnostics) computes the same output as the production kernel and
@@ -503,16 +509,11 @@ TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {
   bench::GpuDecodeProblem gpu(problem, num_sms());
   for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kFused}) {
     const bench::DecodeOutputs want = run_decode(gpu, {MlaDecodeKernel::kFast, combine});
-    gpu.poison_outputs(nullptr);
-    kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
-    kernels::MlaDecodeParams params = gpu.decode_params();
-    params.kernel = MlaDecodeKernel::kFast;
-    params.combine = combine;
-    const int64_t words = kernels::mla_decode_timeline_words(params);
+    const int64_t words = kernels::mla_decode_timeline_words(gpu.decode_params());
     cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
     MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
-    kernels::launch_mla_decode_with_timeline(params, timeline.data(), nullptr);
-    const bench::DecodeOutputs got = gpu.fetch(nullptr);
+    const bench::DecodeOutputs got =
+        run_decode(gpu, {MlaDecodeKernel::kFast, combine}, timeline.data());
     const std::string label = kernels::to_string(combine);
     EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
         << label << ": the timeline instantiation's output differs";

@@ -187,9 +187,11 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 // fused, launched throws mla::Error), else kLaunched. launch_mla_decode() launches the combine
 // instead of an environment-chosen kFused whose grid does not fit the device's SMs.
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params);
-// Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows): kFast's
-// launched combine is then the split-parallel kernel.
-bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms);
+// Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows, or the
+// thresholds given): kFast's launched combine is then the split-parallel kernel.
+bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms,
+                           int64_t min_parts_per_seq = kSmallBatchMinPartsPerSeq,
+                           int64_t max_rows = kSmallBatchMaxRows);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
 // params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset:
 // kSeesawPvFirst; a value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q

@@ -49,6 +49,11 @@ MLA_HOST_DEVICE DecodeLaunchShape decode_launch_shape(int seqlen_q, int num_head
   return shape;
 }
 
+// CTAs of the split-KV grid: num_parts per kv head and row tile.
+MLA_HOST_DEVICE int64_t decode_grid_ctas(const DecodeLaunchShape& shape, int num_heads_kv) {
+  return int64_t(shape.num_parts) * num_heads_kv * shape.num_row_tiles;
+}
+
 // Sequence length as the kernels use it: negative counts as 0, and nothing past the block table's
 // capacity is ever read (a length beyond it is clamped, never trusted).
 MLA_HOST_DEVICE int clamp_seqlen(int seqlen, int max_pages_per_seq) {
@@ -219,17 +224,9 @@ class PartPieceCursor {
   MLA_HOST_DEVICE static DecodePartRecord load_record(const DecodePartRecord* record) {
 #if defined(__CUDA_ARCH__)
     // Two 16-byte loads in flight at once (the record is 32-byte aligned).
-    const int4 lo = reinterpret_cast<const int4*>(record)[0];
-    const int4 hi = reinterpret_cast<const int4*>(record)[1];
     DecodePartRecord result;
-    result.seq = lo.x;
-    result.seqlen = lo.y;
-    result.page_begin = lo.z;
-    result.page_end = lo.w;
-    result.split_index = hi.x;
-    result.num_splits = hi.y;
-    result.cost_per_part = hi.z;
-    result.reserved = hi.w;
+    reinterpret_cast<int4*>(&result)[0] = reinterpret_cast<const int4*>(record)[0];
+    reinterpret_cast<int4*>(&result)[1] = reinterpret_cast<const int4*>(record)[1];
     return result;
 #else
     return *record;
