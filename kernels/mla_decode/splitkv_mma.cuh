@@ -110,6 +110,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Thread 0's look-ahead: the same pages, issued ahead.
   PartPageStream prefetch(cursor, has_work, piece);
 
+  // The first piece's queries are requested before its pages: they are needed first, and behind
+  // two pages' TMA copies they arrived 2.6-7 µs late (the timeline, docs/kernels/mla_decode.md).
+  // They go through the stage the third page will use, which the first two pages leave free.
+  if (has_work && loader.row < kRowsPerTile)
+    loader.copy_query_row(kv_smem0 + (kMmaStages - 1) * kStageBytes, args, piece.seq, kv_head,
+                          tile_row0);
+  ptx::cp_async_commit();
+
   PageTmaPipeline<kMmaStages> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
   if (tid == 0) pipeline.issue_first<kMmaStages - 1>(args, prefetch, kv_head);
@@ -120,12 +128,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // Queries of this tile → registers, through the stage the page after next will use (rows
     // past the kv head's last row are zero-filled). That stage held the page before the current
-    // one, which everyone finished before the previous piece's epilogue barrier.
+    // one, which everyone finished before the previous piece's epilogue barrier. (The first
+    // piece's were requested above, into that same stage.)
     const uint32_t q_stage =
         kv_smem0 + ((pipeline.pages_done + kMmaStages - 1) % kMmaStages) * kStageBytes;
-    if (loader.row < kRowsPerTile)
-      loader.copy_query_row(q_stage, args, batch_index, kv_head, tile_row0);
-    ptx::cp_async_commit();
+    if (pipeline.pages_done != 0) {
+      if (loader.row < kRowsPerTile)
+        loader.copy_query_row(q_stage, args, batch_index, kv_head, tile_row0);
+      ptx::cp_async_commit();
+    }
     ptx::cp_async_wait_all();
     __syncthreads();
     uint32_t q_frag[kKSteps][4];
