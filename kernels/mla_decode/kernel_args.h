@@ -46,8 +46,17 @@ MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int se
 }
 
 // How the launched combine runs: one warp per row (kBaseline), the same as a programmatic
-// dependent of the split-KV grid (kFast), or kFast's split-parallel kernel (also dependent).
-enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kSplitParallel };
+// dependent of the split-KV grid (kFast), or kFast's small-batch kernels (also dependent):
+// split-parallel (a warp per row and 8 columns) or sliced (a CTA per row and column slice).
+enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kSplitParallel, kSliced };
+
+// The sliced combine's column slices (1, 2, 4 or 8): the fewest that give the grid at least one
+// CTA per SM (rows_in_batch = b · h_kv · rows per kv head).
+MLA_HOST_DEVICE int sliced_combine_slices(int64_t rows_in_batch, int num_sms) {
+  int slices = 1;
+  while (slices < 8 && rows_in_batch * slices < num_sms) slices *= 2;
+  return slices;
+}
 
 // Launcher of the combine kernels (plan_and_combine.cu).
 void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,

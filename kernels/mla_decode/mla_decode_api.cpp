@@ -105,10 +105,13 @@ decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params,
       min_parts_from_environment >= 0 ? min_parts_from_environment : kSmallBatchMinPartsPerSeq;
   const int64_t max_rows =
       max_rows_from_environment >= 0 ? max_rows_from_environment : kSmallBatchMaxRows;
-  return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
-                               params.num_heads_kv, params.num_sms, min_parts, max_rows)
-             ? DecodeCombineLaunch::kSplitParallel
-             : DecodeCombineLaunch::kPerRowDependent;
+  if (!decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv,
+                             params.num_sms, min_parts, max_rows))
+    return DecodeCombineLaunch::kPerRowDependent;
+  // Being measured: MLA_DECODE_SMALL_COMBINE=1 picks the sliced kernel.
+  static const int64_t sliced_from_environment = environment_count("MLA_DECODE_SMALL_COMBINE", 1);
+  return sliced_from_environment == 1 ? DecodeCombineLaunch::kSliced
+                                      : DecodeCombineLaunch::kSplitParallel;
 }
 
 }  // namespace

@@ -244,6 +244,127 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   if (lane == 0) write_merged_columns(args, batch_index, kv_head, r, column0, m);
 }
 
+// kFast's combine for small batches, sliced: one CTA of 256 threads per (sequence, kv head, row,
+// slice of 512 / kSlices output columns). Its threads form teams of 8-column groups (a team spans
+// the slice) and the teams stride over the splits, kSliceSplitsPerThread loads in flight per thread
+// (all issued before the first is used); the row's largest lse is found by the whole CTA first
+// (the lse loads fly beside the partials'), so each split's weight is final when it is added. The
+// teams' sums meet in shared memory. kSlices (1, 2, 4 or 8) is picked on the host so that the grid
+// has about one CTA per SM (sliced_combine_slices()).
+template <int kSlices>
+__global__ void __launch_bounds__(kThreads)
+    mla_decode_combine_sliced_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  constexpr int kColumns = kDimV / kSlices;             // this CTA's output columns
+  constexpr int kTeamWidth = kColumns / kMergeColumns;  // threads per split: 64 / kSlices
+  constexpr int kTeams = kThreads / kTeamWidth;         // splits merged at once: 4 · kSlices
+  constexpr int kPerThread = kSliceSplitsPerThread;
+  __shared__ float team_columns[kTeams][kColumns];  // 4 KB
+  __shared__ float team_sums[kTeams];
+  __shared__ float warp_max_lse[kWarps];
+
+  const MlaDecodeParams& p = args.params;
+  const int tid = threadIdx.x;
+  const int rows_total = args.shape.rows_per_kv_head;
+  const int row_index = blockIdx.x / kSlices;  // kv head · rows_total + r
+  const int slice = blockIdx.x % kSlices;
+  const int batch_index = blockIdx.y;
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
+  ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
+  const int num_splits = plan.num_splits(batch_index);
+  if (num_splits == 1) return;  // the split-KV kernel wrote out and lse itself
+
+  const int kv_head = row_index / rows_total;
+  const int r = row_index % rows_total;
+  const int64_t piece_stride = static_cast<int64_t>(p.num_heads_kv) * rows_total;
+  const int64_t row0 = static_cast<int64_t>(plan.split_begin()[batch_index]) * piece_stride +
+                       static_cast<int64_t>(kv_head) * rows_total + r;
+  const float* lse0 = args.partial_lse + row0;
+  const int team = tid / kTeamWidth;
+  const int column = slice * kColumns + (tid % kTeamWidth) * kMergeColumns;
+  const float* out0 = args.partial_out + row0 * kDimV + column;
+
+  // The first round's partials, issued before anything waits on a load.
+  float lse[kPerThread];
+  float4 lo[kPerThread], hi[kPerThread];
+  auto load_round = [&](int base) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int k = base + team + kTeams * i;
+      lse[i] = -INFINITY;
+      if (k < num_splits) {
+        const float4* partial = reinterpret_cast<const float4*>(out0 + k * piece_stride * kDimV);
+        lo[i] = partial[0];
+        hi[i] = partial[1];
+        lse[i] = lse0[k * piece_stride];
+      }
+    }
+  };
+  load_round(0);
+
+  // The row's largest lse over all splits, by the whole CTA.
+  float max_lse = -INFINITY;
+  for (int k = tid; k < num_splits; k += kThreads) max_lse = fmaxf(max_lse, lse0[k * piece_stride]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  if ((tid & 31) == 0) warp_max_lse[tid >> 5] = max_lse;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) max_lse = fmaxf(max_lse, warp_max_lse[w]);
+
+  // Σ_k exp(lse_k − max) · partial_k over this team's splits (a split with lse = -inf saw no key:
+  // its partial may be unwritten and is never read into the sum).
+  float acc[kMergeColumns] = {};
+  float sum = 0.f;
+  for (int base = 0; base < num_splits; base += kTeams * kPerThread) {
+    if (base > 0) load_round(base);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      if (lse[i] == -INFINITY) continue;
+      const float weight = expf(lse[i] - max_lse);
+      sum += weight;
+      acc[0] += weight * lo[i].x;
+      acc[1] += weight * lo[i].y;
+      acc[2] += weight * lo[i].z;
+      acc[3] += weight * lo[i].w;
+      acc[4] += weight * hi[i].x;
+      acc[5] += weight * hi[i].y;
+      acc[6] += weight * hi[i].z;
+      acc[7] += weight * hi[i].w;
+    }
+  }
+  const int team_column = (tid % kTeamWidth) * kMergeColumns;
+#pragma unroll
+  for (int c = 0; c < kMergeColumns; c += 4)
+    *reinterpret_cast<float4*>(&team_columns[team][team_column + c]) =
+        make_float4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]);
+  if (tid % kTeamWidth == 0) team_sums[team] = sum;
+  __syncthreads();
+
+  // Every team's sums added; out = that / Σ weights (0 and lse = +inf when no split saw a key).
+  float total = 0.f;
+#pragma unroll
+  for (int t = 0; t < kTeams; ++t) total += team_sums[t];
+  const float inv_total = total > 0.f ? 1.f / total : 0.f;
+  const auto [s, head] = query_row(args, kv_head, r);
+  auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
+                  s * p.out_seq_stride + head * p.out_head_stride + slice * kColumns;
+  for (int c = 2 * tid; c < kColumns; c += 2 * kThreads) {
+    float x0 = 0.f, x1 = 0.f;
+#pragma unroll
+    for (int t = 0; t < kTeams; ++t) {
+      x0 += team_columns[t][c];
+      x1 += team_columns[t][c + 1];
+    }
+    *reinterpret_cast<__nv_bfloat162*>(out_row + c) =
+        __floats2bfloat162_rn(x0 * inv_total, x1 * inv_total);
+  }
+  if (slice == 0 && tid == 0) {
+    p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
+        total > 0.f ? max_lse + logf(total) : INFINITY;
+  }
+}
+
 }  // namespace
 
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
@@ -264,6 +385,18 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
 void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,
                            cudaStream_t stream) {
   const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
+  if (how == DecodeCombineLaunch::kSliced) {
+    const int slices =
+        sliced_combine_slices(int64_t(args.params.batch) * rows, args.params.num_sms);
+    const dim3 grid(rows * slices, args.params.batch);
+    auto* kernel = slices == 8   ? &mla_decode_combine_sliced_kernel<8>
+                   : slices == 4 ? &mla_decode_combine_sliced_kernel<4>
+                   : slices == 2 ? &mla_decode_combine_sliced_kernel<2>
+                                 : &mla_decode_combine_sliced_kernel<1>;
+    launch_programmatic_dependent(kernel, grid, dim3(kThreads), 0, stream, args);
+    MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
+    return;
+  }
   if (how == DecodeCombineLaunch::kSplitParallel) {
     const int warps = rows * (kDimV / 8);
     launch_programmatic_dependent(
