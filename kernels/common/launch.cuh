@@ -1,5 +1,5 @@
 // Launching a kernel as a programmatic dependent of the grid before it in the stream (the MoE
-// chain, kFast's split-parallel combine).
+// chain, kFast's combines).
 //
 // The kernel may start while the previous grid still runs; it must call
 // ptx::wait_for_preceding_grid() before reading anything that grid writes (everything older is

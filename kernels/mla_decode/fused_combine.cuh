@@ -1,5 +1,4 @@
-// Merging split-KV partials by log-sum-exp on the device: the team merge shared by kFast's
-// split-parallel combine kernel and its fused combine, and the fused combine itself.
+// kFast's fused combine: merging split-KV partials by log-sum-exp inside the split-KV kernel.
 //
 // Fused combine: every CTA that wrote a partial of a split sequence arrives on the sequence's
 // counter (sequence, kv head, row tile) in the workspace as soon as it has; after its part's last
@@ -89,47 +88,6 @@ __device__ __forceinline__ float max_over_team(float value, int team) {
   for (int offset = team / 2; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
-}
-
-// A team of `team` consecutive lanes (a power of two ≤ 32, aligned) merges one row's columns:
-// piece k's lse is lse0[k · lse_stride], its columns out0[k · out_stride + 0..7] (32-byte
-// aligned). Lanes stride over the pieces in rounds of team · kSplitsPerLane; every load of a round
-// is issued before any is used, and the running maximum (shared by the team) rescales what earlier
-// rounds summed. Every lane of the warp must call it with the same num_splits and team (the
-// shuffles span the warp); inactive lanes load nothing. Plain loads: for a kernel launched after
-// the one that wrote the partials (the fused combine stages them through L2 instead).
-template <int kSplitsPerLane>
-__device__ __forceinline__ MergedColumns merge_columns(const float* lse0, int64_t lse_stride,
-                                                       const float* out0, int64_t out_stride,
-                                                       int num_splits, bool active, int team,
-                                                       int team_lane) {
-  MergedColumns m;
-  m.reset();
-  for (int base = 0; base < num_splits; base += team * kSplitsPerLane) {
-    float lse[kSplitsPerLane];
-    float4 lo[kSplitsPerLane], hi[kSplitsPerLane];
-#pragma unroll
-    for (int i = 0; i < kSplitsPerLane; ++i) {
-      const int k = base + team_lane + team * i;
-      lse[i] = -INFINITY;
-      if (active && k < num_splits) {
-        const float4* partial = reinterpret_cast<const float4*>(out0 + k * out_stride);
-        lse[i] = lse0[k * lse_stride];
-        lo[i] = partial[0];
-        hi[i] = partial[1];
-      }
-    }
-    float round_max = lse[0];
-#pragma unroll
-    for (int i = 1; i < kSplitsPerLane; ++i) round_max = fmaxf(round_max, lse[i]);
-    const float new_max = fmaxf(m.max, max_over_team(round_max, team));
-    if (new_max == -INFINITY) continue;  // nothing seen yet (the same across the team)
-    m.raise_max(new_max);
-#pragma unroll
-    for (int i = 0; i < kSplitsPerLane; ++i) m.add(lse[i], lo[i], hi[i]);
-  }
-  m.reduce_over_team(team);
-  return m;
 }
 
 // Writes a merged item: out[seq, s, head, column0 .. +8) in bf16 and, for column 0, its lse

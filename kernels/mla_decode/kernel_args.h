@@ -46,9 +46,9 @@ MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int se
 }
 
 // How the launched combine runs: one warp per row (kBaseline), the same as a programmatic
-// dependent of the split-KV grid (kFast), or kFast's small-batch kernels (also dependent):
-// split-parallel (a warp per row and 8 columns) or sliced (a CTA per row and column slice).
-enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kSplitParallel, kSliced };
+// dependent of the split-KV grid (kFast), or kFast's sliced kernel for small batches (also
+// dependent; a CTA per row and column slice).
+enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kSliced };
 
 // The sliced combine's column slices (1, 2, 4 or 8): the fewest that give the grid at least one
 // CTA per SM (rows_in_batch = b · h_kv · rows per kv head).

@@ -91,27 +91,24 @@ int64_t environment_count(const char* name, int64_t max_value) {
   return value;
 }
 
-// The launched combine's kernel: kFast's split-parallel one for small batches (the thresholds
-// overridable for measuring: MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ,
-// MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS), else one warp per row, both as programmatic dependents.
+// The launched combine's kernel: kFast's sliced one for small batches (the thresholds
+// overridable for measuring: MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ,
+// MLA_DECODE_SMALL_BATCH_MAX_ROWS), else one warp per row, both as programmatic dependents.
 decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params, bool fast) {
   using decode::DecodeCombineLaunch;
   if (!fast) return DecodeCombineLaunch::kPerRow;
   static const int64_t min_parts_from_environment =
-      environment_count("MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ", int64_t(1) << 24);
+      environment_count("MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ", int64_t(1) << 24);
   static const int64_t max_rows_from_environment =
-      environment_count("MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS", int64_t(1) << 40);
+      environment_count("MLA_DECODE_SMALL_BATCH_MAX_ROWS", int64_t(1) << 40);
   const int64_t min_parts =
       min_parts_from_environment >= 0 ? min_parts_from_environment : kSmallBatchMinPartsPerSeq;
   const int64_t max_rows =
       max_rows_from_environment >= 0 ? max_rows_from_environment : kSmallBatchMaxRows;
-  if (!decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv,
-                             params.num_sms, min_parts, max_rows))
-    return DecodeCombineLaunch::kPerRowDependent;
-  // Being measured: MLA_DECODE_SMALL_COMBINE=1 picks the sliced kernel.
-  static const int64_t sliced_from_environment = environment_count("MLA_DECODE_SMALL_COMBINE", 1);
-  return sliced_from_environment == 1 ? DecodeCombineLaunch::kSliced
-                                      : DecodeCombineLaunch::kSplitParallel;
+  return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
+                               params.num_heads_kv, params.num_sms, min_parts, max_rows)
+             ? DecodeCombineLaunch::kSliced
+             : DecodeCombineLaunch::kPerRowDependent;
 }
 
 }  // namespace

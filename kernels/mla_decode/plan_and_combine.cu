@@ -214,36 +214,6 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   if (lane == 0 && column0 == 0) *lse_out = lse_final;
 }
 
-// kFast's combine when sequences split many ways (small batches): one warp per (sequence, kv head,
-// row, 8 output columns), lanes striding over the splits (merge_columns), then a butterfly sum
-// across the warp. Launched as a programmatically dependent grid: it may start launching while the
-// split-KV kernel finishes, and waits (griddepcontrol.wait) before reading the partials.
-__global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
-    mla_decode_combine_split_parallel_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  const MlaDecodeParams& p = args.params;
-  const int lane = threadIdx.x & 31;
-  const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
-  const int rows_total = args.shape.rows_per_kv_head;
-  if (warp_index >= p.num_heads_kv * rows_total * kMergeGroups) return;
-  const int row_index = warp_index / kMergeGroups;
-  const int column0 = (warp_index % kMergeGroups) * kMergeColumns;
-  const int batch_index = blockIdx.y;
-  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
-  ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
-  const int num_splits = plan.num_splits(batch_index);
-  if (num_splits == 1) return;
-
-  const int kv_head = row_index / rows_total;
-  const int r = row_index % rows_total;
-  const int64_t piece_stride = static_cast<int64_t>(p.num_heads_kv) * rows_total;
-  const int64_t row0 = static_cast<int64_t>(plan.split_begin()[batch_index]) * piece_stride +
-                       static_cast<int64_t>(kv_head) * rows_total + r;
-  const MergedColumns m = merge_columns<kCombineSplitsPerLane>(
-      args.partial_lse + row0, piece_stride, args.partial_out + row0 * kDimV + column0,
-      piece_stride * kDimV, num_splits, true, 32, lane);
-  if (lane == 0) write_merged_columns(args, batch_index, kv_head, r, column0, m);
-}
-
 // kFast's combine for small batches, sliced: one CTA of 256 threads per (sequence, kv head, row,
 // slice of 512 / kSlices output columns). Its threads form teams of 8-column groups (a team spans
 // the slice) and the teams stride over the splits, kSliceSplitsPerThread loads in flight per thread
@@ -395,15 +365,6 @@ void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how
                                  : &mla_decode_combine_sliced_kernel<1>;
     launch_programmatic_dependent(kernel, grid, dim3(kThreads), 0, stream, args);
     MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
-    return;
-  }
-  if (how == DecodeCombineLaunch::kSplitParallel) {
-    const int warps = rows * (kDimV / 8);
-    launch_programmatic_dependent(
-        mla_decode_combine_split_parallel_kernel,
-        dim3((warps + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch),
-        dim3(kCombineRowsPerBlock * 32), 0, stream, args);
-    MLA_CHECK_LAUNCH("mla_decode_combine_split_parallel (programmatic dependent launch)");
     return;
   }
   const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);

@@ -41,13 +41,6 @@ __device__ __forceinline__ uint32_t swizzled_p_chunk(int row, int chunk) {
   return static_cast<uint32_t>(row * kChunksP + (chunk ^ (row & 7)));
 }
 
-// Float offset of column `col` of row `row` in the epilogue's staged rows ([rows][512] fp32,
-// 16-byte chunks XOR-swizzled by (row & 7) so both the fragment writes and the row reads are
-// free of bank conflicts).
-__device__ __forceinline__ int staged_row_offset(int row, int col) {
-  return row * kDimV + (((col >> 2) ^ (row & 7)) << 2) + (col & 3);
-}
-
 // Byte offset of 16-byte chunk `chunk` of token row `row` in a page stage: 64-column blocks of
 // 64 rows × 128 B (the TMA box layout), the chunk's low three bits swizzled with (row & 7).
 __device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
@@ -196,6 +189,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int ns = 0; ns < kNS; ++ns)
 #pragma unroll
           for (int i = 0; i < 4; ++i) s_acc[ms][ns][i] = 0.f;
+      // With one n8 tile per warp, S is a chain of 36 dependent mma.sync: the odd k-steps go to a
+      // second accumulator so two chains of 18 overlap (added once at the end).
+      constexpr int kSChains = kNS == 1 ? 2 : 1;
+      float s_odd[kNS][4];
+#pragma unroll
+      for (int ns = 0; ns < kNS; ++ns)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_odd[ns][i] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         uint32_t b[kNS][2];
@@ -215,8 +216,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           b[0][1] = r[1];
         }
 #pragma unroll
+        for (int ns = 0; ns < kNS; ++ns) {
+          if (kk % kSChains == 0) {
+            ptx::mma_bf16_16816(s_acc[0][ns], q_frag[kk], b[ns][0], b[ns][1]);
+          } else {
+            ptx::mma_bf16_16816(s_odd[ns], q_frag[kk], b[ns][0], b[ns][1]);
+          }
+        }
+      }
+      if constexpr (kSChains == 2) {
+#pragma unroll
         for (int ns = 0; ns < kNS; ++ns)
-          ptx::mma_bf16_16816(s_acc[0][ns], q_frag[kk], b[ns][0], b[ns][1]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s_acc[0][ns][i] += s_odd[ns][i];
       }
 
       // Scale to base 2, mask, and publish this warp's partial row maxima.
@@ -330,36 +342,42 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    // The normalised rows go through the stage of the page just consumed (every warp is done with
-    // it after the barrier above; the next piece's queries use it next, after the barrier at the
-    // end) and leave in whole 16-byte chunks, each warp store covering 512 contiguous bytes of a
-    // row instead of 8 rows × 8 bytes: bf16 to out (a sequence in one piece: out rows are 16-byte
-    // aligned, launch_mla_decode checks it) or fp32 to the split partials (rows × 2 KB contiguous).
-    static_assert(kRowsPerTile * kDimV * sizeof(float) <= kStageBytes, "a stage holds the rows");
     const bool final_output = piece.num_splits == 1;
-    const uint32_t staged =
-        kv_smem0 + ((pipeline.pages_done + kMmaStages - 1) % kMmaStages) * kStageBytes;
 #pragma unroll
     for (int mo = 0; mo < kMO; ++mo) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = mo * 16 + (lane >> 2) + h * 8;
+        const int r = tile_row0 + row;
+        if (r >= rows_total) continue;
         float sum = 0.f;
 #pragma unroll
         for (int g = 0; g < Cfg::kTokenGroups; ++g) sum += smem.row_partial[g][row];
         const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
+        const auto [s, head] = query_row(args, kv_head, r);
         const int col = o_col0 + 2 * (lane & 3);
+        if (final_output) {
+          auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
+                          s * p.out_seq_stride + head * p.out_head_stride;
 #pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt) {
-          ptx::st_shared_v2(staged + 4 * staged_row_offset(row, col + nt * 8),
-                            o_acc[mo][nt][h * 2] * inv_sum, o_acc[mo][nt][h * 2 + 1] * inv_sum);
+          for (int nt = 0; nt < kNTilesO; ++nt) {
+            *reinterpret_cast<uint32_t*>(out_row + col + nt * 8) = ptx::pack_bf16x2(
+                o_acc[mo][nt][h * 2] * inv_sum, o_acc[mo][nt][h * 2 + 1] * inv_sum);
+          }
+        } else {
+          const int64_t partial_row =
+              (static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) * rows_total + r;
+          float* out_row = args.partial_out + partial_row * kDimV;
+#pragma unroll
+          for (int nt = 0; nt < kNTilesO; ++nt) {
+            *reinterpret_cast<float2*>(out_row + col + nt * 8) =
+                make_float2(o_acc[mo][nt][h * 2] * inv_sum, o_acc[mo][nt][h * 2 + 1] * inv_sum);
+          }
         }
-        const int r = tile_row0 + row;
-        if (warp == 0 && (lane & 3) == 0 && r < rows_total) {
+        if (warp == 0 && (lane & 3) == 0) {
           const float lse = sum > 0.f ? (smem.row_max[row] + log2f(sum)) * kLn2
                                       : (final_output ? INFINITY : -INFINITY);
           if (final_output) {
-            const auto [s, head] = query_row(args, kv_head, r);
             p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
                 lse;
           } else {
@@ -370,36 +388,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    __syncthreads();
-    const int rows_here = min(kRowsPerTile, rows_total - tile_row0);
-    if (final_output) {
-      constexpr int kChunksPerRow = kDimV / 8;  // 16-byte chunks of bf16
-      static_assert(kThreads % kChunksPerRow == 0);
-      const int chunk = tid % kChunksPerRow;
-      for (int row = tid / kChunksPerRow; row < rows_here; row += kThreads / kChunksPerRow) {
-        const auto [s, head] = query_row(args, kv_head, tile_row0 + row);
-        const float4 lo = ptx::ld_shared_v4(staged + 4 * staged_row_offset(row, chunk * 8));
-        const float4 hi = ptx::ld_shared_v4(staged + 4 * staged_row_offset(row, chunk * 8 + 4));
-        auto* out_row = reinterpret_cast<uint16_t*>(p.out) + batch_index * p.out_batch_stride +
-                        s * p.out_seq_stride + head * p.out_head_stride;
-        *reinterpret_cast<uint4*>(out_row + chunk * 8) =
-            make_uint4(ptx::pack_bf16x2(lo.x, lo.y), ptx::pack_bf16x2(lo.z, lo.w),
-                       ptx::pack_bf16x2(hi.x, hi.y), ptx::pack_bf16x2(hi.z, hi.w));
-      }
-    } else {
-      constexpr int kChunksPerRow = kDimV / 4;  // 16-byte chunks of fp32
-      static_assert(kThreads % kChunksPerRow == 0);
-      float4* partial = reinterpret_cast<float4*>(
-          args.partial_out +
-          ((static_cast<int64_t>(piece.split_index) * p.num_heads_kv + kv_head) * rows_total +
-           tile_row0) *
-              kDimV);
-      const int chunk = tid % kChunksPerRow;
-      for (int row = tid / kChunksPerRow; row < rows_here; row += kThreads / kChunksPerRow)
-        partial[row * kChunksPerRow + chunk] =
-            ptx::ld_shared_v4(staged + 4 * staged_row_offset(row, chunk * 4));
-    }
-    __syncthreads();  // read out before the next piece's queries land in this stage
     stamp<kTimeline>(args, kTimelineStored);
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);

@@ -4,8 +4,8 @@
 #   1. Nsight Compute (--clock-control none, L2 flushed before each kernel) durations of the decode
 #      op's kernels (split-KV, combine) of the first two runs, against the op's event-timed µs;
 #   2. `mla bench decode --kernel combine-ab` (baseline, fast, fast_fused, fast_launched interleaved
-#      in one run), then fast_launched again with the split-parallel combine forced
-#      (MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=0, no row limit) and with one warp per row.
+#      in one run), then fast_launched again with the sliced small-batch combine forced
+#      (MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ=0, no row limit) and with one warp per row.
 # Output: $OUT/decode-latency.txt. Never changes GPU settings.
 #   scripts/gpu/decode-latency.sh ["b,s_q,h_q,s_k" ...]
 set -uo pipefail
@@ -28,11 +28,11 @@ bench=(build-gpu/mla bench decode --kernel fast --flashmla-ref "")
     # baseline, fast (the default combine), fast_fused and fast_launched, interleaved in one run.
     timeout -k 10 90 build-gpu/mla bench decode --kernel combine-ab --flashmla-ref "" --only "$row" \
       2>/dev/null | grep -E "^(baseline|fast)" | tr -s ' '
-    for combine in split-parallel per-row; do
+    for combine in sliced per-row; do
       case $combine in
-        split-parallel) env_args=(MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=0
-                                  MLA_DECODE_SPLIT_PARALLEL_MAX_ROWS=1000000000) ;;
-        per-row) env_args=(MLA_DECODE_SPLIT_PARALLEL_MIN_PARTS_PER_SEQ=1000000) ;;
+        sliced) env_args=(MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ=0
+                                  MLA_DECODE_SMALL_BATCH_MAX_ROWS=1000000000) ;;
+        per-row) env_args=(MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ=1000000) ;;
       esac
       result=$(env "${env_args[@]}" timeout -k 10 60 build-gpu/mla bench decode --kernel combine-ab \
         --flashmla-ref "" --only "$row" 2>/dev/null | grep -E "^fast_launched " | tr -s ' ')

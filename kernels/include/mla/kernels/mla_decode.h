@@ -33,7 +33,7 @@ namespace mla::kernels {
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
 // kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body (three
 // page stages, queries in registers), the seesaw wgmma body above 16 rows (MlaDecodeSchedule), and
-// its combine launched as a programmatic dependent (split-parallel for small batches) or, on
+// its combine launched as a programmatic dependent (sliced for small batches) or, on
 // request, fused in (MlaDecodeCombine).
 enum class MlaDecodeKernel { kBaseline, kFast };
 const char* to_string(MlaDecodeKernel kernel);
@@ -48,7 +48,7 @@ const char* to_string(MlaDecodeKernel kernel);
 // context smaller than the device, no kernel that never finishes beside it) and that the plan was
 // made for this launch (same batch, num_sms and seqlens): otherwise a CTA waits for a piece that
 // never arrives. kLaunched: a combine kernel follows as a programmatic dependent
-// launch (split-parallel for small batches, decode_batch_is_small()). kAuto: kLaunched. Measured on
+// launch (sliced for small batches, decode_batch_is_small()). kAuto: kLaunched. Measured on
 // the H200 (2026-11-30, commit 1374d7e, `mla bench decode --kernel combine-ab`, interleaved
 // medians, µs, fused vs launched): b = 1, h_q = 16: 16.6 vs 13.6 at s_k = 1024, 29.9–32.8 vs
 // 26.9–29.1 at 32768; b = 8, h_q = 16, s_k = 4096: 28.3–31.4 vs 31.1–34.8; b = 32, s_q = 2,
@@ -188,7 +188,7 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
 // instead of an environment-chosen kFused whose grid does not fit the device's SMs.
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params);
 // Whether a shape counts as a small batch (kSmallBatchMinPartsPerSeq, kSmallBatchMaxRows, or the
-// thresholds given): kFast's launched combine is then the split-parallel kernel.
+// thresholds given): kFast's launched combine is then the sliced kernel.
 bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms,
                            int64_t min_parts_per_seq = kSmallBatchMinPartsPerSeq,
                            int64_t max_rows = kSmallBatchMaxRows);
