@@ -152,11 +152,13 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   const int row_index = warp_index / kSlices;
   const int column0 = (warp_index % kSlices) * kColumnsPerWarp;
   const int batch_index = blockIdx.y;
-  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
+  // The plan was written before the split-KV grid started, so it is read before waiting for it.
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  const int num_splits = plan.num_splits(batch_index);
+  const int split0 = plan.split_begin()[batch_index];
   // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
   // finished without waiting could let the stream's next kernel overtake the split grid.
   ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
-  const int num_splits = plan.num_splits(batch_index);
   if (num_splits == 1) return;
 
   const int kv_head = row_index / rows_total;
@@ -167,7 +169,6 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   float* lse_out =
       p.lse + (static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s;
 
-  const int split0 = plan.split_begin()[batch_index];
   auto partial_index = [&](int k) {
     return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
   };
@@ -238,16 +239,17 @@ __global__ void __launch_bounds__(kThreads)
   const int row_index = blockIdx.x / kSlices;  // kv head · rows_total + r
   const int slice = blockIdx.x % kSlices;
   const int batch_index = blockIdx.y;
-  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // written before the split
-  ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // see the per-row kernel
   const int num_splits = plan.num_splits(batch_index);
-  if (num_splits == 1) return;  // the split-KV kernel wrote out and lse itself
+  const int split0 = plan.split_begin()[batch_index];
+  ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
+  if (num_splits == 1) return;     // the split-KV kernel wrote out and lse itself
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
   const int64_t piece_stride = static_cast<int64_t>(p.num_heads_kv) * rows_total;
-  const int64_t row0 = static_cast<int64_t>(plan.split_begin()[batch_index]) * piece_stride +
-                       static_cast<int64_t>(kv_head) * rows_total + r;
+  const int64_t row0 =
+      static_cast<int64_t>(split0) * piece_stride + static_cast<int64_t>(kv_head) * rows_total + r;
   const float* lse0 = args.partial_lse + row0;
   const int team = tid / kTeamWidth;
   const int column = slice * kColumns + (tid % kTeamWidth) * kMergeColumns;

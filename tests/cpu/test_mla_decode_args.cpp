@@ -132,18 +132,26 @@ TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
 }
 
 TEST(MlaDecodeArgs, SmallBatchRule) {
-  // 16-row tiles, 132 parts: b = 1 and b = 8 split at least 8 ways with at most 256 rows.
+  // 16-row tiles, 132 parts: split at least 4 ways with at most 512 rows.
   EXPECT_TRUE(decode_batch_is_small(1, 1, 16, 1, 132));
   EXPECT_TRUE(decode_batch_is_small(8, 1, 16, 1, 132));
-  EXPECT_TRUE(decode_batch_is_small(16, 1, 16, 1, 132));   // 132 ≥ 8 · 16, 256 rows
-  EXPECT_FALSE(decode_batch_is_small(17, 1, 16, 1, 132));  // 132 < 8 · 17
-  EXPECT_FALSE(decode_batch_is_small(32, 1, 16, 1, 132));
+  EXPECT_TRUE(decode_batch_is_small(32, 1, 16, 1, 132));   // 132 ≥ 4 · 32, 512 rows
+  EXPECT_FALSE(decode_batch_is_small(33, 1, 16, 1, 132));  // 132 < 4 · 33
+  EXPECT_FALSE(decode_batch_is_small(128, 1, 16, 1, 132));
+  // 64-row tiles: h_q = 64 at b = 8 is 512 rows in one tile per sequence (132 parts).
+  EXPECT_TRUE(decode_batch_is_small(8, 1, 64, 1, 132));
+  EXPECT_FALSE(decode_batch_is_small(8, 1, 128, 1, 132));  // 1024 rows
   // h_q = 128, s_q = 2: 256 rows per sequence in 64-row tiles (four tiles, 33 parts).
   EXPECT_TRUE(decode_batch_is_small(1, 2, 128, 1, 132));
-  EXPECT_FALSE(decode_batch_is_small(2, 2, 128, 1, 132));  // 512 rows
+  EXPECT_TRUE(decode_batch_is_small(2, 2, 128, 1, 132));   // 512 rows
+  EXPECT_FALSE(decode_batch_is_small(4, 2, 128, 1, 132));  // 1024 rows
   EXPECT_FALSE(decode_batch_is_small(32, 2, 128, 1, 132));
-  EXPECT_FALSE(decode_batch_is_small(1, 1, 16, 1, 4));  // 4 parts: nothing splits 8 ways
+  EXPECT_TRUE(decode_batch_is_small(1, 1, 16, 1, 4));   // 4 parts: splits 4 ways
+  EXPECT_FALSE(decode_batch_is_small(1, 1, 16, 1, 3));  // 3 parts: nothing splits 4 ways
   EXPECT_FALSE(decode_batch_is_small(0, 1, 16, 1, 132));
+  // The thresholds given.
+  EXPECT_FALSE(decode_batch_is_small(8, 1, 16, 1, 132, 17));
+  EXPECT_FALSE(decode_batch_is_small(8, 1, 16, 1, 132, 4, 127));
 }
 
 TEST(MlaDecodeArgs, ResolvedCombine) {

@@ -58,10 +58,15 @@ const char* to_string(MlaDecodeKernel kernel);
 // measuring.
 enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
-// Small batch: sequences split at least this many ways (num_parts ≥ this · b) and the batch has at
-// most kSmallBatchMaxRows query rows (b · h_kv · s_q · h_q / h_kv).
-inline constexpr int kSmallBatchMinPartsPerSeq = 8;
-inline constexpr int kSmallBatchMaxRows = 256;
+// Small batch (kFast's launched combine is then the sliced kernel): sequences split at least this
+// many ways (num_parts ≥ this · b) and the batch has at most kSmallBatchMaxRows query rows
+// (b · h_kv · s_q · h_q / h_kv). Measured on the H200 (2026-11-30, the sliced combine against one
+// warp per row, two interleaved pairs each, µs): b = 8, h_q = 64, s_k = 4096 (512 rows) 32.8-35.8
+// vs 38.5-41.9; b = 32, h_q = 16 (512 rows, ~4 parts per sequence) 57.7-60.0 vs 62.0-62.5; but
+// b = 32, h_q = 128 (4096 rows, ~2 parts) 117-130 vs 105-108 and b = 8, s_q = 2, h_q = 128 (2048
+// rows) 64.7-64.8 vs 55.3-62.0.
+inline constexpr int kSmallBatchMinPartsPerSeq = 4;
+inline constexpr int kSmallBatchMaxRows = 512;
 
 // Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
 // body; kBaseline: always the lockstep body). kLockstep: kBaseline's wgmma body, both warpgroups
