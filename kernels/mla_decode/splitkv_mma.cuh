@@ -47,18 +47,32 @@ __device__ __forceinline__ uint32_t page_chunk_offset(int row, int chunk) {
   return (chunk >> 3) * kColumnBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-// kTimeline: thread 0 stamps the TimelineSlot phases into args.timeline (a diagnostic
-// instantiation; the production ones compile without a trace of it).
+// kTimeline: thread 0 stamps the TimelineSlot phases (a diagnostic instantiation; the production
+// ones compile without a trace of it). The stamps go to shared memory past the body's storage (an
+// address the compiler knows, so the stamps hold no register across the page loop) and leave for
+// args.timeline at the CTA's exit.
 template <bool kTimeline>
-__device__ __forceinline__ void stamp(const DecodeKernelArgs& args, int slot) {
+__device__ __forceinline__ void stamp(uint64_t* stamps, int slot) {
+  if constexpr (kTimeline) {
+    if (threadIdx.x != 0) return;
+    stamps[slot] = ptx::global_timer_ns();
+    stamps[kTimelineSlots + slot] = static_cast<uint64_t>(clock64());
+  }
+}
+template <bool kTimeline>
+__device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const uint64_t* stamps) {
   if constexpr (kTimeline) {
     if (threadIdx.x != 0) return;
     uint64_t* cta = args.timeline +
                     (static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots;
-    cta[slot] = ptx::global_timer_ns();
-    cta[kTimelineSlots + slot] = static_cast<uint64_t>(clock64());
+    for (int i = 0; i < 2 * kTimelineSlots; ++i) cta[i] = stamps[i];
   }
 }
+// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps.
+template <int kRowsPerTile, bool kTimeline>
+inline constexpr int kMmaSmemBytes = int(sizeof(SharedStorage<kRowsPerTile>)) +
+                                     (kTimeline ? 2 * kTimelineSlots * 8 : 0);
+static_assert(kMmaSmemBytes<16, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
 
 template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -69,6 +83,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMO = Cfg::kMTilesO;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SharedStorage<kRowsPerTile>*>(smem_raw);
+  uint64_t* const stamps =
+      reinterpret_cast<uint64_t*>(smem_raw + sizeof(SharedStorage<kRowsPerTile>));
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
@@ -93,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const TileLoader<kChunksQK * 16, 128> loader(tid);
 
-  stamp<kTimeline>(args, kTimelineEntry);
+  stamp<kTimeline>(stamps, kTimelineEntry);
   if (tid == 0) {
     tma::prefetch_tensor_map(&args.kv_tensor_map);
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
@@ -106,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
   const bool has_work = cursor.first(&piece);
-  stamp<kTimeline>(args, kTimelineFirstPiece);
+  stamp<kTimeline>(stamps, kTimelineFirstPiece);
   // Thread 0's look-ahead: the same pages, issued ahead.
   PartPageStream prefetch(cursor, has_work, piece);
 
@@ -147,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // The stage goes back to TMA (async proxy) after the page barrier below.
     wgmma::fence_proxy_async_shared();
-    if (pipeline.pages_done == 0) stamp<kTimeline>(args, kTimelineQueries);
+    if (pipeline.pages_done == 0) stamp<kTimeline>(stamps, kTimelineQueries);
 
     // Per-row state of the rows this thread holds in the S phase (fragment rows lane/4 and +8).
     float row_max_run[kMS][2];
@@ -176,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       pipeline.wait_current(tid, reinterpret_cast<uint8_t*>(smem.kv[stage]),
                             piece.seqlen - page * kPageTokens);
       __syncthreads();  // page visible to all; everyone is done with the page before it
-      if (pipeline.pages_done == 0) stamp<kTimeline>(args, kTimelineFirstPage);
+      if (pipeline.pages_done == 0) stamp<kTimeline>(stamps, kTimelineFirstPage);
       if (tid == 0) pipeline.issue_next(args, prefetch, kv_head);  // two pages ahead
       ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
@@ -323,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    stamp<kTimeline>(args, kTimelinePagesDone);  // each piece; the last one's stays
+    stamp<kTimeline>(stamps, kTimelinePagesDone);  // each piece; the last one's stays
 
     // Epilogue: row sums over the quad, then over the token groups (through smem).
 #pragma unroll
@@ -388,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    stamp<kTimeline>(args, kTimelineStored);
+    stamp<kTimeline>(stamps, kTimelineStored);
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);
     }
@@ -401,12 +417,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                                        int(sizeof(smem.kv) / sizeof(float)));
     write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
   }
-  stamp<kTimeline>(args, kTimelineExit);
+  stamp<kTimeline>(stamps, kTimelineExit);
+  write_stamps<kTimeline>(args, stamps);
 }
 
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
-  constexpr int kSmemBytes = sizeof(SharedStorage<kRowsPerTile>);
+  const int smem_bytes = args.timeline != nullptr ? kMmaSmemBytes<kRowsPerTile, true>
+                                                  : kMmaSmemBytes<kRowsPerTile, false>;
   auto* kernel = args.timeline != nullptr
                      ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
                                       : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
@@ -415,9 +433,9 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaSt
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_mma (fused combine)"
                                  : "mla_decode_splitkv_mma");
 }
