@@ -56,6 +56,9 @@ template <bool kTimeline>
 __device__ __forceinline__ void stamp(uint64_t* stamps, int slot) {
   if constexpr (kTimeline) {
     if (threadIdx.x != 0) return;
+    if (slot == kTimelineEntry) {  // 0 = not reached (the previous kernel's bytes may be there)
+      for (int i = 0; i < 2 * kTimelineSlots; ++i) stamps[i] = 0;
+    }
     stamps[slot] = ptx::global_timer_ns();
     stamps[kTimelineSlots + slot] = static_cast<uint64_t>(clock64());
   }

@@ -500,16 +500,23 @@ TEST(MlaDecodeGpuFused, RefusesAGridLargerThanTheDevice) {
 // The timeline instantiation (diagnostics) computes the same output as the production kernel and
 // stamps every phase in order: per CTA with work, entry ≤ first piece ≤ queries ≤ first page ≤
 // pages computed ≤ stored ≤ exit on both clocks; a CTA without work stamps entry, first piece and
-// exit.
+// exit. Before each checked run, a run in which every CTA has work leaves its stamps in every
+// SM's shared memory, so a CTA without work that did not clear them would report stale phases.
 TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {
   ref::PagedDecodeProblemSpec spec;
   spec.num_heads_q = 16;
   spec.seqlens = {3000, 0, 70, 1};  // split, empty, two pages, one key
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   bench::GpuDecodeProblem gpu(problem, num_sms());
+  ref::PagedDecodeProblemSpec busy_spec = spec;
+  busy_spec.seqlens = {8192, 8192, 8192, 8192};  // 512 pages: work for every CTA
+  bench::GpuDecodeProblem busy(ref::make_paged_decode_problem(busy_spec), num_sms());
   for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kFused}) {
     const bench::DecodeOutputs want = run_decode(gpu, {MlaDecodeKernel::kFast, combine});
     const int64_t words = kernels::mla_decode_timeline_words(gpu.decode_params());
+    cuda::DeviceBuffer<uint64_t> busy_timeline(
+        static_cast<size_t>(kernels::mla_decode_timeline_words(busy.decode_params())));
+    run_decode(busy, {MlaDecodeKernel::kFast, combine}, busy_timeline.data());
     cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
     MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
     const bench::DecodeOutputs got =
