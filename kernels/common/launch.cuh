@@ -13,20 +13,27 @@
 
 namespace mla::kernels {
 
+// cudaLaunchKernelEx with one launch attribute.
 template <typename Args>
-void launch_programmatic_dependent(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
-                                   cudaStream_t stream, const Args& args) {
+void launch_with_attribute(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
+                           cudaStream_t stream, const Args& args, cudaLaunchAttribute attribute) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
   MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+}
+
+template <typename Args>
+void launch_programmatic_dependent(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
+                                   cudaStream_t stream, const Args& args) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
 }
 
 // A cooperative launch: every CTA of the grid is resident at once, or the launch fails
@@ -35,17 +42,10 @@ void launch_programmatic_dependent(void (*kernel)(Args), dim3 grid, dim3 block, 
 template <typename Args>
 void launch_cooperative(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
                         cudaStream_t stream, const Args& args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+  launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
 }
 
 }  // namespace mla::kernels
