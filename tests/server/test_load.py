@@ -163,7 +163,7 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
         assert server.metric("mla_sequences_running") == 0
         status, text = server.get("/metrics")
         assert 'mla_choices_finished_total{model_name="tiny-v3",reason="error"} 0' in text, text
-        assert server.metric("mla_preemptions_total") > 0, "the load should preempt"
+        assert server.metric("mla_preemptions_total") > 0, "the loads above should preempt"
         cancelled = [line for line in text.splitlines() if 'reason="cancelled"' in line][0]
         assert float(cancelled.rsplit(" ", 1)[1]) >= 1, cancelled
         index, max_tokens, _ = plan[0]
@@ -196,9 +196,35 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
         assert server.metric("mla_choices_finished_total") == before + 1
         print(f"     cancelled {time.monotonic() - left:.3f} s after the client left")
 
+    def more_than_the_cache_preempts():
+        # Eight distinct 300-token prompts, each decoding 200 tokens at once: 4,000 tokens of
+        # context against a 3,072-token cache, so the running batch must outgrow it whatever the
+        # timing (the 64 streams above preempt only when their disconnects and prefix hits leave
+        # the cache short, which a fast GPU sometimes avoids).
+        overflow = random.Random(8)
+        long_prompts = [[overflow.randrange(256) for _ in range(300)] for _ in range(8)]
+        before = server.metric("mla_preemptions_total")
+        results = [None] * len(long_prompts)
+
+        def request(i):
+            results[i] = server.post("/v1/completions", body(long_prompts[i], 200, False))
+
+        threads = [threading.Thread(target=request, args=(i,)) for i in range(len(long_prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for status, text in results:
+            assert status == 200, text
+            assert json.loads(text)["usage"]["completion_tokens"] == 200, text
+        preempted = server.metric("mla_preemptions_total") - before
+        print(f"     preemptions {preempted:.0f}")
+        assert preempted > 0, "4,000 tokens of context in a 3,072-token cache must preempt"
+
     check("a disconnect cancels the request and frees its pages", a_disconnect_cancels_at_once)
     check("reference outputs", references_from_plain_requests)
     check("64 concurrent streams, random disconnects", sixty_four_streams_with_disconnects)
+    check("more than the cache holds preempts", more_than_the_cache_preempts)
     check("no page leaked, healthy", afterwards_nothing_is_leaked)
 
 harness.finish()
