@@ -48,4 +48,16 @@ void launch_cooperative(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem
   launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
 }
 
+// kFast's split-KV kernels: cooperative with the fused combine (its CTAs wait for each other),
+// a plain launch otherwise.
+template <typename Args>
+void launch_cooperative_if(bool cooperative, void (*kernel)(Args), dim3 grid, dim3 block,
+                           size_t smem_bytes, cudaStream_t stream, const Args& args) {
+  if (cooperative) {
+    launch_cooperative(kernel, grid, block, smem_bytes, stream, args);
+  } else {
+    kernel<<<grid, block, smem_bytes, stream>>>(args);
+  }
+}
+
 }  // namespace mla::kernels

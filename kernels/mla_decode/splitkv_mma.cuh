@@ -439,11 +439,9 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaSt
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
-  if (fused_combine) {  // its CTAs wait for each other: all resident, or the launch fails
-    launch_cooperative(kernel, grid, dim3(kThreads), size_t(smem_bytes), stream, args);
-  } else {
-    kernel<<<grid, kThreads, smem_bytes, stream>>>(args);
-  }
+  // kFused's CTAs wait for each other: all resident at once, or the launch fails.
+  launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), size_t(smem_bytes), stream,
+                        args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_mma (fused combine)"
                                  : "mla_decode_splitkv_mma");
 }

@@ -230,11 +230,8 @@ void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cuda
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
-  if (fused_combine) {  // its CTAs wait for each other: all resident, or the launch fails
-    launch_cooperative(kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
-  } else {
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
-  }
+  // kFused's CTAs wait for each other: all resident at once, or the launch fails.
+  launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_wgmma (fused combine)"
                                  : "mla_decode_splitkv_wgmma");
 }

@@ -36,6 +36,15 @@ for length in [3, 9, 17, 30, 40, 64, 65, 90, 100, 128, 150, 200, 230, 260, 300, 
         prompts.append([rng.randrange(256) for _ in range(length)])
 
 
+def run_concurrently(target, items, timeout=None):
+    """target(item) for every item, each in its own thread, all started before any is joined."""
+    threads = [threading.Thread(target=target, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+
+
 def body(prompt, max_tokens, stream):
     return {"model": "tiny-v3", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": stream}
@@ -62,11 +71,7 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
             references[key] = (reply["choices"][0]["text"], reply["usage"]["completion_tokens"])
 
         keys = sorted({(index, max_tokens) for index, max_tokens, _ in plan})
-        threads = [threading.Thread(target=reference, args=(key,)) for key in keys]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_concurrently(reference, keys)
         assert len(references) == len(keys)
 
     outcomes = [None] * CLIENTS
@@ -108,11 +113,7 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
 
     def sixty_four_streams_with_disconnects():
         started = time.monotonic()
-        threads = [threading.Thread(target=stream_client, args=(c,)) for c in range(CLIENTS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=300)
+        run_concurrently(stream_client, range(CLIENTS), timeout=300)
         elapsed = time.monotonic() - started
         complete = disconnected = same = 0
         different = []
@@ -209,11 +210,7 @@ with harness.Server(mla, model, "--kv-cache-tokens", "3072", "--max-model-len", 
         def request(i):
             results[i] = server.post("/v1/completions", body(long_prompts[i], 200, False))
 
-        threads = [threading.Thread(target=request, args=(i,)) for i in range(len(long_prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_concurrently(request, range(len(long_prompts)))
         for status, text in results:
             assert status == 200, text
             assert json.loads(text)["usage"]["completion_tokens"] == 200, text
