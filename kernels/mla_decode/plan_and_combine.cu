@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 // slice of 512 / kSlices output columns). Its threads form teams of 8-column groups (a team spans
 // the slice) and the teams stride over the splits, kSliceSplitsPerThread loads in flight per thread
 // (all issued before the first is used); the row's largest lse is found by the whole CTA first
-// (the lse loads fly beside the partials'), so each split's weight is final when it is added. The
+// (from the first round's loads), so each split's weight is final when it is added. The
 // teams' sums meet in shared memory. kSlices (1, 2, 4 or 8) is picked on the host so that the grid
 // has about one CTA per SM (sliced_combine_slices()).
 template <int kSlices>
@@ -273,44 +273,39 @@ __global__ void __launch_bounds__(kThreads)
   };
   load_round(0);
 
-  // The row's largest lse over all splits, by the whole CTA.
+  // The row's largest lse over all splits, by the whole CTA: the first round's are in registers
+  // (every split below kRound is some team's), the rest are loaded here.
+  constexpr int kRound = kTeams * kPerThread;  // splits per round
   float max_lse = -INFINITY;
-  for (int k = tid; k < num_splits; k += kThreads) max_lse = fmaxf(max_lse, lse0[k * piece_stride]);
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  for (int i = 0; i < kPerThread; ++i) max_lse = fmaxf(max_lse, lse[i]);
+  for (int k = kRound + tid; k < num_splits; k += kThreads)
+    max_lse = fmaxf(max_lse, lse0[k * piece_stride]);
+  max_lse = max_over_team(max_lse, 32);
   if ((tid & 31) == 0) warp_max_lse[tid >> 5] = max_lse;
   __syncthreads();
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) max_lse = fmaxf(max_lse, warp_max_lse[w]);
 
-  // Σ_k exp(lse_k − max) · partial_k over this team's splits (a split with lse = -inf saw no key:
-  // its partial may be unwritten and is never read into the sum).
-  float acc[kMergeColumns] = {};
-  float sum = 0.f;
-  for (int base = 0; base < num_splits; base += kTeams * kPerThread) {
-    if (base > 0) load_round(base);
+  // Σ_k exp(lse_k − max) · partial_k over this team's splits, under the final maximum (a split with
+  // lse = -inf saw no key: its weight is 0 and its partial, maybe unwritten, is never read into the
+  // sum). No split saw a key when the maximum is -inf: nothing is added.
+  MergedColumns m;
+  m.reset();
+  if (max_lse != -INFINITY) {
+    m.max = max_lse;
+    for (int base = 0; base < num_splits; base += kRound) {
+      if (base > 0) load_round(base);
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      if (lse[i] == -INFINITY) continue;
-      const float weight = expf(lse[i] - max_lse);
-      sum += weight;
-      acc[0] += weight * lo[i].x;
-      acc[1] += weight * lo[i].y;
-      acc[2] += weight * lo[i].z;
-      acc[3] += weight * lo[i].w;
-      acc[4] += weight * hi[i].x;
-      acc[5] += weight * hi[i].y;
-      acc[6] += weight * hi[i].z;
-      acc[7] += weight * hi[i].w;
+      for (int i = 0; i < kPerThread; ++i) m.add(lse[i], lo[i], hi[i]);
     }
   }
   const int team_column = (tid % kTeamWidth) * kMergeColumns;
 #pragma unroll
   for (int c = 0; c < kMergeColumns; c += 4)
     *reinterpret_cast<float4*>(&team_columns[team][team_column + c]) =
-        make_float4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]);
-  if (tid % kTeamWidth == 0) team_sums[team] = sum;
+        make_float4(m.acc[c], m.acc[c + 1], m.acc[c + 2], m.acc[c + 3]);
+  if (tid % kTeamWidth == 0) team_sums[team] = m.sum;
   __syncthreads();
 
   // Every team's sums added; out = that / Σ weights (0 and lse = +inf when no split saw a key).
