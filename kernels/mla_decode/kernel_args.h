@@ -72,10 +72,13 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaSt
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
 
+// The seesaw body's orders (MlaDecodeSchedule kSeesawPvFirst, kSeesawSFirst, kSeesawPairs;
+// splitkv_seesaw.cuh): P·V of the other's page first, S of the own page first, or pages in pairs.
+enum class SeesawOrder { kPvFirst, kSFirst, kPairs };
+
 // Launcher of the seesaw split-KV kernel (kFast, 64-row tiles; instantiations/seesaw.cu): the two
-// warpgroups alternate S and P·V instead of running the phases in lockstep. s_first: each
-// warpgroup issues S of its page before the P·V of the other's (MlaDecodeSchedule).
-void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, bool s_first,
+// warpgroups alternate S and P·V instead of running the phases in lockstep.
+void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
                            cudaStream_t stream);
 
 }  // namespace mla::kernels::decode

@@ -165,6 +165,8 @@ const char* to_string(MlaDecodeSchedule schedule) {
       return "seesaw_s_first";
     case MlaDecodeSchedule::kSeesawPvFirst:
       return "seesaw_pv_first";
+    case MlaDecodeSchedule::kSeesawPairs:
+      return "seesaw_pairs";
   }
   return "unknown";
 }
@@ -173,12 +175,11 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeSchedule::kLockstep;
   MlaDecodeSchedule schedule = params.schedule;
   if (schedule == MlaDecodeSchedule::kAuto) {
-    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 3);
+    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 4);
     constexpr MlaDecodeSchedule kByValue[] = {
         MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesaw, MlaDecodeSchedule::kSeesawSFirst,
-        MlaDecodeSchedule::kSeesawPvFirst};
-    schedule =
-        from_environment < 0 ? MlaDecodeSchedule::kSeesawPvFirst : kByValue[from_environment];
+        MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs};
+    schedule = from_environment < 0 ? MlaDecodeSchedule::kSeesawPairs : kByValue[from_environment];
   }
   if (schedule == MlaDecodeSchedule::kSeesaw) {
     const int64_t rows = params.num_heads_kv > 0
@@ -380,8 +381,11 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream
     if (schedule == MlaDecodeSchedule::kLockstep) {
       decode::launch_splitkv_wgmma(args, fused_combine, stream);
     } else {
-      decode::launch_splitkv_seesaw(args, fused_combine,
-                                    schedule == MlaDecodeSchedule::kSeesawSFirst, stream);
+      const decode::SeesawOrder order =
+          schedule == MlaDecodeSchedule::kSeesawSFirst  ? decode::SeesawOrder::kSFirst
+          : schedule == MlaDecodeSchedule::kSeesawPairs ? decode::SeesawOrder::kPairs
+                                                        : decode::SeesawOrder::kPvFirst;
+      decode::launch_splitkv_seesaw(args, fused_combine, order, stream);
     }
   }
   if (!fused_combine) {

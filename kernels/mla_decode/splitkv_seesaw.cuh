@@ -22,6 +22,21 @@
 // write follows the last read of the previous content. Ready signals: named barrier 1 (warpgroup
 // 0 publishes, bar.arrive; warpgroup 1 bar.sync) and 2 (the reverse), 256 threads each.
 //
+// The pairs order (SeesawOrder::kPairs; after FlashMLA's published schedule, written our own way):
+// pages 2i (warpgroup 0's) and 2i + 1 (warpgroup 1's) form pair i. Warpgroup 0: S_a, softmax
+// (running max m → m_a), O_L·α_a + P_a·V_a; then, given warpgroup 1's m_b, P_a in the frame of m_b
+// to shared memory and O_L·α_b + P_b·V_b. Warpgroup 1: S_b, softmax with m_a (m_b), O_R·α_a·α_b +
+// P_b·V_b + P_a·V_a (both in m_b's frame, so warpgroup 1 may add its own page first). Both S of a
+// pair are issued back to back once the previous pair's P·V are issued, so one warpgroup's softmax
+// runs under the other's S. Each P lives in its page's rope block once S is done (only S reads
+// the rope), so the P buffer is unused. Pages are copied and released by halves: half h (column
+// blocks 4h..4h+3, read by warpgroup h's P·V) is released by warpgroup h's four warps after its
+// P·V of the page, and the fourth issues half h of page j + 2 at once; the rope block rides with
+// the half of the warpgroup that does not own the page (it reads P there). A warpgroup's own half
+// of a page is freed right after its own P·V, so S_{j+2} starts on it while the other half loads;
+// the release of the other's page comes between the two parts of S (releasing before S would
+// deadlock: each part 2 waits for the other warpgroup's release).
+//
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
 // each warp, when its wgmmas reading page j have completed, adds 1 to the stage's release count,
@@ -52,6 +67,9 @@ inline constexpr int kSeesawRows = 64;  // rows per tile (wgmma M)
 inline constexpr int kSeesawGroupThreads = 128;
 inline constexpr int kSeesawReadyBarrier = 1;  // + the publishing warpgroup (ids 1, 2)
 inline constexpr int kSeesawGroupBarrier = 3;  // + the warpgroup (ids 3, 4): its 128 threads
+inline constexpr int kPairsMaxBarrier = 1;     // pairs: + the publishing warpgroup (m, α ready)
+inline constexpr int kPairsPBarrier = 5;       // pairs: + the publishing warpgroup (P ready)
+
 static_assert(kPageTokens == kSeesawRows, "a page and a query tile share the 64-row layout");
 static_assert(kStages == 2 && kThreads == 2 * kSeesawGroupThreads);
 
@@ -62,8 +80,12 @@ struct SeesawSharedStorage {
   float page_alpha[kSeesawRows];               // O rescale of the last published page
   float page_max[kSeesawRows];                 // running row max after it (base 2)
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
+  float pair_max[2][kSeesawRows];              // pairs: running max after each warpgroup's page
+  float pair_alpha[2][kSeesawRows];            // pairs: its O rescale
   int released[kStages];                       // warps done with each stage, 8 per page
+  int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
+  uint64_t half_full[kStages][2];              // pairs: TMA completion of each half
   PendingMerges pending;                       // the fused combine's split pieces
 };
 static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
@@ -86,6 +108,12 @@ __device__ __forceinline__ void seesaw_fence_operands(float (&registers)[kCount]
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(registers[i])::"memory");
 }
 
+// Pairs order: the column blocks of half `half` of a page that warpgroup `owner` owns (the rope
+// block rides with the other warpgroup's half).
+__device__ __forceinline__ uint32_t seesaw_half_blocks(int half, int owner) {
+  return (0xFu << (4 * half)) | (half != owner ? 0x100u : 0u);
+}
+
 // One thread: page `page` of sequence `seq` as CTA page `cta_page` (stage cta_page mod 2).
 __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, uint32_t kv_smem0,
                                                   uint32_t full0, uint32_t cta_page, int seq,
@@ -94,9 +122,11 @@ __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, 
   issue_page(args, kv_smem0 + stage * kPageBytes, full0 + stage * 8, seq, page, kv_head, l2_policy);
 }
 
-template <bool kFusedCombine, bool kSFirst>
+template <bool kFusedCombine, SeesawOrder kOrder>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_seesaw_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  constexpr bool kSFirst = kOrder == SeesawOrder::kSFirst;
+  constexpr bool kPairs = kOrder == SeesawOrder::kPairs;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SeesawSharedStorage*>(smem_raw);
 
@@ -117,11 +147,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t kv_smem0 = ptx::smem_address(smem.kv[0]);
   const uint32_t p_smem = ptx::smem_address(smem.p);
   const uint32_t full0 = ptx::smem_address(&smem.page_full[0]);
+  const uint32_t half_full0 = ptx::smem_address(&smem.half_full[0][0]);
   if (tid == 0) {
     if (((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
     for (int stage = 0; stage < kStages; ++stage) {
       tma::barrier_init(full0 + stage * 8, 1);
       smem.released[stage] = 0;
+      for (int half = 0; half < 2; ++half) {
+        tma::barrier_init(half_full0 + (stage * 2 + half) * 8, 1);
+        smem.released_half[stage][half] = 0;
+      }
     }
     tma::fence_barrier_init();
   }
@@ -145,12 +180,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
     ptx::cp_async_commit();  // the queries
-    if (tid == 0) {          // every stage is free: the previous piece's wgmmas have completed
-      seesaw_issue_page(args, kv_smem0, full0, base, batch_index, piece.page_begin, kv_head,
-                        l2_policy);
-      if (num_pages > 1)
-        seesaw_issue_page(args, kv_smem0, full0, base + 1, batch_index, piece.page_begin + 1,
-                          kv_head, l2_policy);
+    // Pairs order: the barrier of half h of page j.
+    auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
+    if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
+      if constexpr (kPairs) {
+        // The halves each warpgroup's S needs first (its own), then the others.
+        const int page_ids[2] = {
+            page_id_of(args, batch_index, piece.page_begin),
+            num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
+        for (int k = 0; k < 4; ++k) {
+          const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
+          if (j < num_pages)
+            issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
+                              page_ids[j], kv_head, seesaw_half_blocks(h, j & 1), l2_policy);
+        }
+      } else {
+        seesaw_issue_page(args, kv_smem0, full0, base, batch_index, piece.page_begin, kv_head,
+                          l2_policy);
+        if (num_pages > 1)
+          seesaw_issue_page(args, kv_smem0, full0, base + 1, batch_index, piece.page_begin + 1,
+                            kv_head, l2_policy);
+      }
     }
 
     // This warp is done with page j (its wgmmas reading it have completed): count it, and the
@@ -359,16 +409,288 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     constexpr std::true_type kYes;
     constexpr std::false_type kNo;
-    int t = group;
-    if (t == 0) {  // warpgroup 0's first page: nothing before it
-      iteration(0, kYes, kNo);
-      t += 2;
+    if constexpr (kPairs) {
+      auto wait_half = [&](int j, int h) {
+        tma::wait_parity(half_barrier(j, h), ((base + j) >> 1) & 1);
+      };
+      // This warp is done with its warpgroup's half of page j (and, for the other's page, the
+      // rope block holding P): count it; the fourth warp issues that half of page j + 2.
+      auto release_half = [&](int j) {
+        if (lane == 0) {
+          const uint32_t cta_page = base + j;
+          __threadfence_block();  // as in release(): this warp's reads before the count
+          const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
+          if (before % 4 == 3 && j + 2 < num_pages) {
+            __threadfence_block();
+            issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
+                              page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
+                              seesaw_half_blocks(group, j & 1), l2_policy);
+          }
+        }
+        __syncwarp();
+      };
+      // `kBlocks` column blocks of S = Q · K_jᵀ from block `first_block` on (4 k16 steps each).
+      auto s_blocks = [&](float(&s_acc)[32], int j, int first_block, auto blocks_flag) {
+        constexpr int kBlocks = decltype(blocks_flag)::value;
+        const uint32_t kv_stage = stage_smem(j);
+#pragma unroll
+        for (int i = 0; i < 4 * kBlocks; ++i) {
+          const uint32_t k_offset = (first_block + i / 4) * kColumnBlockBytes + (i % 4) * 32;
+          wgmma::mma_m64n64k16_bf16(s_acc, wgmma::smem_descriptor(q_smem + k_offset, 0, 1024),
+                                    wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
+        }
+      };
+      // S of the own page j in two groups. Part 1: the own half (freed by this warpgroup's own
+      // P·V, so it was copied first); on the sequence's last page the rows past its end are
+      // zeroed first, which needs the whole page.
+      auto issue_s_own_half = [&](float(&s_acc)[32], int j) {
+        wait_half(j, group);
+        const int tokens_valid = piece.seqlen - (piece.page_begin + j) * kPageTokens;
+        if (tokens_valid < kPageTokens) {
+          wait_half(j, 1 - group);
+          zero_page_tail(smem.kv[(base + j) & 1], tokens_valid, tid_in_group, kSeesawGroupThreads);
+          seesaw_barrier_sync(kSeesawGroupBarrier + group, kSeesawGroupThreads);
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s_acc[i] = 0.f;
+        wgmma::fence();
+        s_blocks(s_acc, j, 4 * group, std::integral_constant<int, 4>());
+        wgmma::commit_group();
+      };
+      // Part 2: the other half and the rope block (freed by the other warpgroup's P·V).
+      auto issue_s_other_half = [&](float(&s_acc)[32], int j) {
+        wait_half(j, 1 - group);
+        s_blocks(s_acc, j, 4 * (1 - group), std::integral_constant<int, 4>());
+        s_blocks(s_acc, j, 8, std::integral_constant<int, 1>());
+        wgmma::commit_group();
+      };
+      // Scale to base 2 and mask page j's scores in place; the row maxima over the quad.
+      auto scale_and_mask = [&](float(&s_acc)[32], int j, float(&page_max)[2]) {
+        const int key0 = (piece.page_begin + j) * kPageTokens + 2 * (lane & 3);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          page_max[h] = -INFINITY;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s_acc[4 * k + 2 * h + e];
+              x = key0 + 8 * k + e <= row_last_key[h] ? x * args.scale_log2 : -INFINITY;
+              page_max[h] = fmaxf(page_max[h], x);
+            }
+          }
+          page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 1));
+          page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 2));
+        }
+      };
+      // P = 2^(x − subtract) as bf16 A fragments (p_frag[2k + h]: keys 8k + 2(lane % 4) + {0, 1}
+      // of row h; k16 step ks uses p_frag[4ks .. 4ks + 3]), and its row sums.
+      auto exponentiate = [&](const float(&s_acc)[32], const float(&subtract)[2],
+                              uint32_t(&p_frag)[16], float(&sum)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sum[h] = 0.f;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const float p0 = ptx::fast_exp2(s_acc[4 * k + 2 * h] - subtract[h]);
+            const float p1 = ptx::fast_exp2(s_acc[4 * k + 2 * h + 1] - subtract[h]);
+            sum[h] += p0 + p1;
+            p_frag[2 * k + h] = ptx::pack_bf16x2(p0, p1);
+          }
+        }
+      };
+      // P of page j into its rope block (free once S_j is done), swizzled like a tile block.
+      auto store_p = [&](int j, const uint32_t(&p_frag)[16]) {
+        uint8_t* rope = smem.kv[(base + j) & 1] + 8 * kColumnBlockBytes;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = my_rows[h];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const uint32_t offset = row * 128 + ((k ^ (row & 7)) << 4) + (lane & 3) * 4;
+            *reinterpret_cast<uint32_t*>(rope + offset) = p_frag[2 * k + h];
+          }
+        }
+      };
+      auto publish_max = [&](const float(&m)[2], const float(&alpha)[2]) {
+        if ((lane & 3) == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            smem.pair_max[group][my_rows[h]] = m[h];
+            smem.pair_alpha[group][my_rows[h]] = alpha[h];
+          }
+        }
+        seesaw_barrier_arrive(kPairsMaxBarrier + group, kThreads);
+      };
+      auto read_other_max = [&](float(&m)[2], float(&alpha)[2]) {
+        seesaw_barrier_sync(kPairsMaxBarrier + (1 - group), kThreads);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          m[h] = smem.pair_max[1 - group][my_rows[h]];
+          alpha[h] = smem.pair_alpha[1 - group][my_rows[h]];
+        }
+      };
+      auto rescale_o = [&](const float(&alpha)[2]) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          o_acc[4 * i + 0] *= alpha[0];
+          o_acc[4 * i + 1] *= alpha[0];
+          o_acc[4 * i + 2] *= alpha[1];
+          o_acc[4 * i + 3] *= alpha[1];
+        }
+      };
+      auto pv_registers = [&](int j, const uint32_t(&p_frag)[16]) {
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kPageTokens / 16; ++ks) {
+          const uint32_t a[4] = {p_frag[4 * ks], p_frag[4 * ks + 1], p_frag[4 * ks + 2],
+                                 p_frag[4 * ks + 3]};
+          wgmma::mma_m64n256k16_bf16_a_regs_b_mn_major(o_acc, a, desc_v(j, ks));
+        }
+        wgmma::commit_group();
+      };
+      auto pv_shared = [&](int j) {  // P from page j's rope block
+        wait_half(j, group);         // complete already; orders this warpgroup's reads
+        wgmma::fence();
+        const uint32_t p_rope = stage_smem(j) + 8 * kColumnBlockBytes;
+#pragma unroll
+        for (int ks = 0; ks < kPageTokens / 16; ++ks) {
+          wgmma::mma_m64n256k16_bf16_b_mn_major(
+              o_acc, wgmma::smem_descriptor(p_rope + ks * 32, 0, 1024), desc_v(j, ks));
+        }
+        wgmma::commit_group();
+      };
+      auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
+
+      // Pair i: pages a = 2i and, when kFull, b = 2i + 1.
+      auto pair = [&](int i, auto full_flag) {
+        constexpr bool kFull = decltype(full_flag)::value;
+        const int a = 2 * i, b = 2 * i + 1;
+        float s_acc[32];
+        uint32_t p_frag[16];
+        float page_max[2], sum[2], subtract[2];
+        // Each warpgroup first frees its half of the other's page of the previous pair (its P·V
+        // of it was its last wgmma group) and only then waits for pages: the half each S waits
+        // for last is freed by the other warpgroup here, so no wait comes before a release.
+        // (Issuing the own half's k-steps before this release measured no better and makes ptxas
+        // serialize the wgmmas: the release's one-lane branch sits inside S's pipeline stage.)
+        wgmma::wait_group<0>();
+        seesaw_fence_operands(o_acc);
+        if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
+        if (group == 0) {
+          issue_s_own_half(s_acc, a);
+          issue_s_other_half(s_acc, a);
+          wgmma::wait_group<0>();
+          seesaw_fence_operands(s_acc);
+          scale_and_mask(s_acc, a, page_max);
+          float m_a[2], alpha_a[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            m_a[h] = fmaxf(row_max_run[h], page_max[h]);
+            subtract[h] = subtract_of(m_a[h]);
+            alpha_a[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
+          }
+          publish_max(m_a, alpha_a);
+          exponentiate(s_acc, subtract, p_frag, sum);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            row_sum_part[h] = row_sum_part[h] * alpha_a[h] + sum[h];
+            row_max_run[h] = m_a[h];
+          }
+          if constexpr (!kFull) {  // the piece's last page: P_a as it is, before the P·V reads
+            store_p(a, p_frag);    // p_frag (no reads of a wgmma's registers in flight)
+            wgmma::fence_proxy_async_shared();
+            seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
+          }
+          rescale_o(alpha_a);
+          pv_registers(a, p_frag);
+          if constexpr (kFull) {
+            float m_b[2], alpha_b[2];
+            read_other_max(m_b, alpha_b);
+            // P_a again in m_b's frame: warpgroup 1 adds it after its own page.
+            uint32_t p_frag_b_frame[16];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) subtract[h] = subtract_of(m_b[h]);
+            exponentiate(s_acc, subtract, p_frag_b_frame, sum);
+            store_p(a, p_frag_b_frame);
+            wgmma::fence_proxy_async_shared();
+            seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
+            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_b is in place
+            wgmma::wait_group<0>();  // own P·V of page a: its half is free
+            seesaw_fence_operands(o_acc);
+            release_half(a);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              row_sum_part[h] *= alpha_b[h];
+              row_max_run[h] = m_b[h];
+            }
+            rescale_o(alpha_b);
+            pv_shared(b);
+          }
+        } else {
+          float m_a[2], alpha_a[2];
+          if constexpr (kFull) {
+            issue_s_own_half(s_acc, b);
+            issue_s_other_half(s_acc, b);
+            wgmma::wait_group<0>();
+            seesaw_fence_operands(s_acc);
+            scale_and_mask(s_acc, b, page_max);
+            read_other_max(m_a, alpha_a);
+            float m_b[2], alpha[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              m_b[h] = fmaxf(m_a[h], page_max[h]);
+              subtract[h] = subtract_of(m_b[h]);
+              alpha[h] = ptx::fast_exp2(m_a[h] - subtract[h]);  // α_b
+            }
+            publish_max(m_b, alpha);
+            exponentiate(s_acc, subtract, p_frag, sum);
+            store_p(b, p_frag);
+            wgmma::fence_proxy_async_shared();
+            seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              alpha[h] *= alpha_a[h];  // O_R and its row sum: from m to m_b
+              row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+              row_max_run[h] = m_b[h];
+            }
+            rescale_o(alpha);
+            pv_registers(b, p_frag);
+            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
+            pv_shared(a);            // same frame as P_b: no rescale, so no wait in between
+            wgmma::wait_group<1>();  // own P·V of page b: its half is free
+            seesaw_fence_operands(o_acc);
+            release_half(b);
+          } else {
+            read_other_max(m_a, alpha_a);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              row_sum_part[h] *= alpha_a[h];
+              row_max_run[h] = m_a[h];
+            }
+            rescale_o(alpha_a);
+            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
+            pv_shared(a);
+          }
+        }
+      };
+      int i = 0;
+      for (; 2 * i + 1 < num_pages; ++i) pair(i, kYes);
+      if (2 * i < num_pages) pair(i, kNo);
+      wgmma::wait_group<0>();
+      seesaw_fence_operands(o_acc);
+    } else {
+      int t = group;
+      if (t == 0) {  // warpgroup 0's first page: nothing before it
+        iteration(0, kYes, kNo);
+        t += 2;
+      }
+      for (; t < num_pages; t += 2) iteration(t, kYes, kYes);
+      if (t == num_pages) iteration(t, kNo, kYes);  // the other warpgroup's last page only
+      wgmma::wait_group<0>();
+      seesaw_fence_operands(o_acc);
+      release(num_pages - 1);  // every warpgroup's last P·V is of the piece's last page
     }
-    for (; t < num_pages; t += 2) iteration(t, kYes, kYes);
-    if (t == num_pages) iteration(t, kNo, kYes);  // the other warpgroup's last page only
-    wgmma::wait_group<0>();
-    seesaw_fence_operands(o_acc);
-    release(num_pages - 1);  // every warpgroup's last P·V is of the piece's last page
     pages_before += num_pages;
 
     // Epilogue: row sums over the quad and both warpgroups (both in the final max's frame), then
@@ -391,13 +713,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, bool s_first,
+template <bool kFusedCombine>
+static auto* seesaw_kernel(SeesawOrder order) {
+  switch (order) {
+    case SeesawOrder::kSFirst:
+      return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kSFirst>;
+    case SeesawOrder::kPairs:
+      return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kPairs>;
+    case SeesawOrder::kPvFirst:
+      break;
+  }
+  return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kPvFirst>;
+}
+
+void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
                            cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SeesawSharedStorage);
-  auto* kernel = fused_combine ? (s_first ? &mla_decode_splitkv_seesaw_kernel<true, true>
-                                          : &mla_decode_splitkv_seesaw_kernel<true, false>)
-                               : (s_first ? &mla_decode_splitkv_seesaw_kernel<false, true>
-                                          : &mla_decode_splitkv_seesaw_kernel<false, false>);
+  auto* kernel = fused_combine ? seesaw_kernel<true>(order) : seesaw_kernel<false>(order);
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).

@@ -197,17 +197,18 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
   EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawSFirst);
   p.num_heads_kv = 4;  // 64
   EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
-  for (MlaDecodeSchedule forced : {MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesawSFirst,
-                                   MlaDecodeSchedule::kSeesawPvFirst}) {
+  for (MlaDecodeSchedule forced :
+       {MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesawSFirst,
+        MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs}) {
     p.schedule = forced;
     EXPECT_EQ(resolved_decode_schedule(p), forced);
   }
-  // kAuto: kSeesawPvFirst (measured faster) unless MLA_DECODE_SEESAW says otherwise (read once
+  // kAuto: kSeesawPairs (measured faster) unless MLA_DECODE_SEESAW says otherwise (read once
   // per process; ctest leaves it unset).
   p.schedule = MlaDecodeSchedule::kAuto;
   const char* env = std::getenv("MLA_DECODE_SEESAW");
   if (env == nullptr || *env == '\0') {
-    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPairs);
   } else if (std::string(env) == "0") {
     EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
   } else if (std::string(env) == "1") {
@@ -216,6 +217,7 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesaw), "seesaw");
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kLockstep), "lockstep");
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPvFirst), "seesaw_pv_first");
+  EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPairs), "seesaw_pairs");
 }
 
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {

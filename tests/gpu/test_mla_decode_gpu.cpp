@@ -169,13 +169,14 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
   };
   cases.push_back({128, 2, true, ragged_seqlens(97, 5 * 64, rng)});
   cases.push_back({64, 3, true, ragged_seqlens(33, 700, rng)});
-  // kFast's seesaw runs both of its orders on every case (kSeesaw picks one by the row count).
+  // kFast's seesaw runs each of its orders on every case (kSeesaw picks one by the row count).
   std::vector<KernelChoice> choices = {GetParam()};
   if (GetParam().kernel == MlaDecodeKernel::kFast &&
       GetParam().schedule == MlaDecodeSchedule::kSeesaw) {
-    choices = {GetParam(), GetParam()};
+    choices = {GetParam(), GetParam(), GetParam()};
     choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
     choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
+    choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
   }
   for (const Case& c : cases) {
     ref::PagedDecodeProblemSpec spec;

@@ -55,9 +55,9 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.kernels = {MlaDecodeKernel::kFast};
   } else if (options.kernel == "seesaw-ab") {  // kFast's 64-row bodies side by side
     bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
-    bench_options.fast_schedules = {kernels::MlaDecodeSchedule::kLockstep,
-                                    kernels::MlaDecodeSchedule::kSeesawSFirst,
-                                    kernels::MlaDecodeSchedule::kSeesawPvFirst};
+    bench_options.fast_schedules = {
+        kernels::MlaDecodeSchedule::kLockstep, kernels::MlaDecodeSchedule::kSeesawSFirst,
+        kernels::MlaDecodeSchedule::kSeesawPvFirst, kernels::MlaDecodeSchedule::kSeesawPairs};
   } else if (options.kernel == "combine-ab") {  // kFast's two combines side by side
     bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
     bench_options.fast_combines = {kernels::MlaDecodeCombine::kAuto,
@@ -199,10 +199,11 @@ void add_bench_command(CLI::App& app) {
   decode->add_flag("--timeline", options->timeline,
                    "Also print each fast row's phase timeline (16-row body: when its CTAs reach "
                    "each phase, and how long the phases take)");
-  decode->add_option("--kernel", options->kernel,
-                     "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
-                     "fast_seesaw_s_first, fast_seesaw_pv_first interleaved), combine-ab "
-                     "(baseline, fast, fast_fused, fast_launched interleaved)");
+  decode->add_option(
+      "--kernel", options->kernel,
+      "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
+      "fast_seesaw_s_first, fast_seesaw_pv_first, fast_seesaw_pairs interleaved), combine-ab "
+      "(baseline, fast, fast_fused, fast_launched interleaved)");
   decode->callback([options] { run_bench_decode(*options); });
 
   auto prefill_options = std::make_shared<BenchPrefillOptions>();

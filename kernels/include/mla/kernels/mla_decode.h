@@ -79,9 +79,18 @@ inline constexpr int kSmallBatchMaxRows = 512;
 // decode --kernel seesaw-ab`) 4-11 % faster than kLockstep on 10 of 11 rows with more than 16
 // rows per kv head (2 % slower on the varlen h_q = 64 row), while S first lost everywhere; the
 // environment variable MLA_DECODE_SEESAW overrides it (0: kLockstep, 1: kSeesaw, 2:
-// kSeesawSFirst, 3: kSeesawPvFirst; read once per process; for A/B measurements).
+// kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs; read once per process; for A/B
+// measurements). kSeesawPairs: pages in pairs, one per warpgroup, both S of a pair issued back to
+// back and pages copied and freed by halves (after FlashMLA's published schedule).
 // resolved_decode_schedule() says which.
-enum class MlaDecodeSchedule { kAuto, kLockstep, kSeesaw, kSeesawSFirst, kSeesawPvFirst };
+enum class MlaDecodeSchedule {
+  kAuto,
+  kLockstep,
+  kSeesaw,
+  kSeesawSFirst,
+  kSeesawPvFirst,
+  kSeesawPairs
+};
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
 
@@ -199,7 +208,7 @@ bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_hea
                            int64_t max_rows = kSmallBatchMaxRows);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
 // params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset:
-// kSeesawPvFirst; a value outside 0..3 throws mla::Error) and kSeesaw by the rows per kv head (s_q
+// kSeesawPvFirst; a value outside 0..4 throws mla::Error) and kSeesaw by the rows per kv head (s_q
 // · h_q / h_kv): never kAuto nor kSeesaw.
 MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
