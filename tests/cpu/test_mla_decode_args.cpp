@@ -203,12 +203,19 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
     p.schedule = forced;
     EXPECT_EQ(resolved_decode_schedule(p), forced);
   }
-  // kAuto: kSeesawPairs (measured faster) unless MLA_DECODE_SEESAW says otherwise (read once
-  // per process; ctest leaves it unset).
+  // kAuto: kSeesawPairs (measured faster), but P·V first for small batches (short pieces),
+  // unless MLA_DECODE_SEESAW says otherwise (read once per process; ctest leaves it unset).
   p.schedule = MlaDecodeSchedule::kAuto;
   const char* env = std::getenv("MLA_DECODE_SEESAW");
   if (env == nullptr || *env == '\0') {
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPairs);  // no num_sms
+    p.num_sms = 132;
+    p.batch = 128;  // 128 · 128 rows: not small
     EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPairs);
+    p.batch = 1;  // one sequence split over the SMs: small
+    ASSERT_TRUE(decode_batch_is_small(p.batch, p.seqlen_q, p.num_heads_q, p.num_heads_kv, 132));
+    EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
+    p.num_sms = 0;
   } else if (std::string(env) == "0") {
     EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kLockstep);
   } else if (std::string(env) == "1") {

@@ -75,14 +75,15 @@ inline constexpr int kSmallBatchMaxRows = 512;
 // a warpgroup's page before the P·V of the other's (the overlap, for compute-bound tiles),
 // kSeesawPvFirst the P·V first (its page stage is freed earlier, for memory-bound tiles), kSeesaw
 // picks S first when a kv head has at least kSeesawSFirstMinRows rows (two or more tiles, so
-// pages mostly come from L2). kAuto: kSeesawPvFirst, measured on the H200 (2026-11-30, `mla bench
-// decode --kernel seesaw-ab`) 4-11 % faster than kLockstep on 10 of 11 rows with more than 16
-// rows per kv head (2 % slower on the varlen h_q = 64 row), while S first lost everywhere; the
-// environment variable MLA_DECODE_SEESAW overrides it (0: kLockstep, 1: kSeesaw, 2:
-// kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs; read once per process; for A/B
-// measurements). kSeesawPairs: pages in pairs, one per warpgroup, both S of a pair issued back to
-// back and pages copied and freed by halves (after FlashMLA's published schedule).
-// resolved_decode_schedule() says which.
+// pages mostly come from L2). kSeesawPairs: pages in pairs, one per warpgroup, both S of a pair
+// issued back to back and pages copied and freed by halves (after FlashMLA's published schedule).
+// kAuto: kSeesawPairs, except kSeesawPvFirst for small batches (decode_batch_is_small() with the
+// default thresholds: pieces of a few pages, where the pairs' exchanges cost more than they
+// give); measured on the H200 (2026-12-01, `mla bench decode --kernel seesaw-ab`): pairs 3-6 %
+// faster than P·V first on the compute-bound rows, even on memory-bound ones, but up to 6 µs
+// slower at b = 1. The environment variable MLA_DECODE_SEESAW overrides kAuto (0: kLockstep,
+// 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs; read once per process; for
+// A/B measurements). resolved_decode_schedule() says which.
 enum class MlaDecodeSchedule {
   kAuto,
   kLockstep,
@@ -208,8 +209,8 @@ bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_hea
                            int64_t max_rows = kSmallBatchMaxRows);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
 // params.schedule, with kAuto resolved by the environment's MLA_DECODE_SEESAW (unset:
-// kSeesawPvFirst; a value outside 0..4 throws mla::Error) and kSeesaw by the rows per kv head (s_q
-// · h_q / h_kv): never kAuto nor kSeesaw.
+// kSeesawPairs, or kSeesawPvFirst for a small batch; a value outside 0..4 throws mla::Error) and
+// kSeesaw by the rows per kv head (s_q · h_q / h_kv): never kAuto nor kSeesaw.
 MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
