@@ -249,6 +249,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async_shared();
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
 
+    // O ·= α row by row (a thread's two rows); O += P·V_j with P from registers, one group.
+    auto rescale_o = [&](const float(&alpha)[2]) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o_acc[4 * i + 0] *= alpha[0];
+        o_acc[4 * i + 1] *= alpha[0];
+        o_acc[4 * i + 2] *= alpha[1];
+        o_acc[4 * i + 3] *= alpha[1];
+      }
+    };
+    auto pv_registers = [&](int j, const uint32_t(&p_frag)[16]) {
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kPageTokens / 16; ++ks) {
+        const uint32_t a[4] = {p_frag[4 * ks], p_frag[4 * ks + 1], p_frag[4 * ks + 2],
+                               p_frag[4 * ks + 3]};
+        wgmma::mma_m64n256k16_bf16_a_regs_b_mn_major(o_acc, a, desc_v(j, ks));
+      }
+      wgmma::commit_group();
+    };
     // One iteration, t: S of page t (kOwn: t < num_pages), P·V of page t − 1 (kPrev: t ≥ 1, the
     // other warpgroup's page), then the softmax and P·V of page t. The flags are compile-time so
     // that every wgmma wait sees the same groups on every path (ptxas tracks wgmmas in flight
@@ -300,13 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           row_max_run[h] = smem.page_max[my_rows[h]];
           row_sum_part[h] *= alpha[h];
         }
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o_acc[4 * i + 0] *= alpha[0];
-          o_acc[4 * i + 1] *= alpha[0];
-          o_acc[4 * i + 2] *= alpha[1];
-          o_acc[4 * i + 3] *= alpha[1];
-        }
+        rescale_o(alpha);
         wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
         wgmma::fence();    // the rescaled O before the wgmmas that accumulate it
 #pragma unroll
@@ -390,21 +404,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_proxy_async_shared();
         seesaw_barrier_arrive(kSeesawReadyBarrier + group, kThreads);
 
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o_acc[4 * i + 0] *= alpha[0];
-          o_acc[4 * i + 1] *= alpha[0];
-          o_acc[4 * i + 2] *= alpha[1];
-          o_acc[4 * i + 3] *= alpha[1];
-        }
-        wgmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < kPageTokens / 16; ++ks) {
-          const uint32_t a[4] = {p_frag[4 * ks], p_frag[4 * ks + 1], p_frag[4 * ks + 2],
-                                 p_frag[4 * ks + 3]};
-          wgmma::mma_m64n256k16_bf16_a_regs_b_mn_major(o_acc, a, desc_v(t, ks));
-        }
-        wgmma::commit_group();
+        rescale_o(alpha);
+        pv_registers(t, p_frag);
       }
     };
     constexpr std::true_type kYes;
@@ -529,25 +530,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           m[h] = smem.pair_max[1 - group][my_rows[h]];
           alpha[h] = smem.pair_alpha[1 - group][my_rows[h]];
         }
-      };
-      auto rescale_o = [&](const float(&alpha)[2]) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o_acc[4 * i + 0] *= alpha[0];
-          o_acc[4 * i + 1] *= alpha[0];
-          o_acc[4 * i + 2] *= alpha[1];
-          o_acc[4 * i + 3] *= alpha[1];
-        }
-      };
-      auto pv_registers = [&](int j, const uint32_t(&p_frag)[16]) {
-        wgmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < kPageTokens / 16; ++ks) {
-          const uint32_t a[4] = {p_frag[4 * ks], p_frag[4 * ks + 1], p_frag[4 * ks + 2],
-                                 p_frag[4 * ks + 3]};
-          wgmma::mma_m64n256k16_bf16_a_regs_b_mn_major(o_acc, a, desc_v(j, ks));
-        }
-        wgmma::commit_group();
       };
       auto pv_shared = [&](int j) {  // P from page j's rope block
         wait_half(j, group);         // complete already; orders this warpgroup's reads
