@@ -37,15 +37,16 @@ using kernels::MlaDecodeSchedule;
 
 // What a test runs: kBaseline, and kFast with each of its two combines forced (kAuto picks one of
 // them by a host rule that the CPU tests check), so both of kFast's paths see every case; kFast's
-// 64-row body is the seesaw one, plus the lockstep one with the fused combine (its only user).
+// 64-row body is the seesaw one as kAuto picks its order (pairs, or P·V first for small batches:
+// what users get), plus the lockstep one with the fused combine (its only user).
 struct KernelChoice {
   MlaDecodeKernel kernel;
   MlaDecodeCombine combine;
-  MlaDecodeSchedule schedule = MlaDecodeSchedule::kSeesaw;
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;
 };
 std::string name_of(const KernelChoice& choice) {
   if (choice.kernel == MlaDecodeKernel::kBaseline) return "baseline";
-  return choice.schedule == MlaDecodeSchedule::kSeesaw
+  return choice.schedule == MlaDecodeSchedule::kAuto
              ? fmt::format("fast_{}", kernels::to_string(choice.combine))
              : fmt::format("fast_{}_{}", kernels::to_string(choice.combine),
                            kernels::to_string(choice.schedule));
@@ -169,10 +170,10 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
   };
   cases.push_back({128, 2, true, ragged_seqlens(97, 5 * 64, rng)});
   cases.push_back({64, 3, true, ragged_seqlens(33, 700, rng)});
-  // kFast's seesaw runs each of its orders on every case (kSeesaw picks one by the row count).
+  // kFast's seesaw runs each of its three orders on every case (kAuto picks one by the batch).
   std::vector<KernelChoice> choices = {GetParam()};
   if (GetParam().kernel == MlaDecodeKernel::kFast &&
-      GetParam().schedule == MlaDecodeSchedule::kSeesaw) {
+      GetParam().schedule == MlaDecodeSchedule::kAuto) {
     choices = {GetParam(), GetParam(), GetParam()};
     choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
     choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
