@@ -176,4 +176,18 @@ __device__ __forceinline__ void mma_m64n256k16_bf16_a_regs_b_mn_major(float (&d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
+// An m64nN fp32 accumulator of 128 registers (N = 256) holds two rows per thread (row lane / 4 of
+// its warp's 16, and that + 8), in fragments of 4: {row 0, row 0, row 1, row 1}. Multiplies each
+// row by its factor (the online softmax's O ·= α).
+__device__ __forceinline__ void scale_accumulator_rows(float (&acc)[128],
+                                                       const float (&row_scale)[2]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    acc[4 * i + 0] *= row_scale[0];
+    acc[4 * i + 1] *= row_scale[0];
+    acc[4 * i + 2] *= row_scale[1];
+    acc[4 * i + 3] *= row_scale[1];
+  }
+}
+
 }  // namespace mla::kernels::wgmma

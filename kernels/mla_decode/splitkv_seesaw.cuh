@@ -33,9 +33,9 @@
 // blocks 4h..4h+3, read by warpgroup h's P·V) is released by warpgroup h's four warps after its
 // P·V of the page, and the fourth issues half h of page j + 2 at once; the rope block rides with
 // the half of the warpgroup that does not own the page (it reads P there). A warpgroup's own half
-// of a page is freed right after its own P·V, so S_{j+2} starts on it while the other half loads;
-// the release of the other's page comes between the two parts of S (releasing before S would
-// deadlock: each part 2 waits for the other warpgroup's release).
+// of a page is freed right after its own P·V, so S_{j+2} starts on it while the other half loads.
+// Each warpgroup frees its half of the other's page before it waits for any page (the half each S
+// waits for last is the one the other warpgroup frees then), so no wait precedes a release.
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
@@ -249,16 +249,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async_shared();
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
 
-    // O ·= α row by row (a thread's two rows); O += P·V_j with P from registers, one group.
-    auto rescale_o = [&](const float(&alpha)[2]) {
+    // Scale to base 2 and mask page j's scores in place; the row maxima over the quad.
+    auto scale_and_mask = [&](float(&s_acc)[32], int j, float(&page_max)[2]) {
+      const int key0 = (piece.page_begin + j) * kPageTokens + 2 * (lane & 3);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o_acc[4 * i + 0] *= alpha[0];
-        o_acc[4 * i + 1] *= alpha[0];
-        o_acc[4 * i + 2] *= alpha[1];
-        o_acc[4 * i + 3] *= alpha[1];
+      for (int h = 0; h < 2; ++h) {
+        page_max[h] = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s_acc[4 * k + 2 * h + e];
+            x = key0 + 8 * k + e <= row_last_key[h] ? x * args.scale_log2 : -INFINITY;
+            page_max[h] = fmaxf(page_max[h], x);
+          }
+        }
+        page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 1));
+        page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 2));
       }
     };
+    // P = 2^(x − subtract) as bf16 A fragments (p_frag[2k + h]: keys 8k + 2(lane % 4) + {0, 1}
+    // of row h; k16 step ks uses p_frag[4ks .. 4ks + 3]), and its row sums.
+    auto exponentiate = [&](const float(&s_acc)[32], const float(&subtract)[2],
+                            uint32_t(&p_frag)[16], float(&sum)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sum[h] = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float p0 = ptx::fast_exp2(s_acc[4 * k + 2 * h] - subtract[h]);
+          const float p1 = ptx::fast_exp2(s_acc[4 * k + 2 * h + 1] - subtract[h]);
+          sum[h] += p0 + p1;
+          p_frag[2 * k + h] = ptx::pack_bf16x2(p0, p1);
+        }
+      }
+    };
+    auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
+    // O += P·V_j with P from registers, one group.
     auto pv_registers = [&](int j, const uint32_t(&p_frag)[16]) {
       wgmma::fence();
 #pragma unroll
@@ -320,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           row_max_run[h] = smem.page_max[my_rows[h]];
           row_sum_part[h] *= alpha[h];
         }
-        rescale_o(alpha);
+        wgmma::scale_accumulator_rows(o_acc, alpha);
         wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
         wgmma::fence();    // the rescaled O before the wgmmas that accumulate it
 #pragma unroll
@@ -346,42 +373,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma::wait_group<0>();
         }
         seesaw_fence_operands(s_acc);
-        // Scale to base 2, mask, online softmax over whole rows (a quad holds a row's 64 keys).
-        // p_frag[2j + h]: keys 8j + 2(lane % 4) + {0, 1} of row h, bf16x2: for k16 step ks the
-        // A fragment of P·V is p_frag[4ks .. 4ks + 3].
-        const int key0 = (piece.page_begin + t) * kPageTokens + 2 * (lane & 3);
+        // Online softmax over whole rows (a quad holds a row's 64 keys).
+        float page_max[2], subtract[2], sum[2], alpha[2];
         uint32_t p_frag[16];
-        float alpha[2];
+        scale_and_mask(s_acc, t, page_max);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float x[16];
-          float page_max = -INFINITY;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              x[2 * j + e] = key0 + 8 * j + e <= row_last_key[h]
-                                 ? s_acc[4 * j + 2 * h + e] * args.scale_log2
-                                 : -INFINITY;
-              page_max = fmaxf(page_max, x[2 * j + e]);
-            }
-          }
-          page_max = fmaxf(page_max, __shfl_xor_sync(0xffffffffu, page_max, 1));
-          page_max = fmaxf(page_max, __shfl_xor_sync(0xffffffffu, page_max, 2));
-          const float new_max = fmaxf(row_max_run[h], page_max);
-          const float subtract = new_max == -INFINITY ? 0.f : new_max;
-          alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract);
+          const float new_max = fmaxf(row_max_run[h], page_max[h]);
+          subtract[h] = subtract_of(new_max);
+          alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
           row_max_run[h] = new_max;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const float p0 = ptx::fast_exp2(x[2 * j] - subtract);
-            const float p1 = ptx::fast_exp2(x[2 * j + 1] - subtract);
-            sum += p0 + p1;
-            p_frag[2 * j + h] = ptx::pack_bf16x2(p0, p1);
-          }
-          row_sum_part[h] = row_sum_part[h] * alpha[h] + sum;
         }
+        exponentiate(s_acc, subtract, p_frag, sum);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
         if constexpr (!kPvFirst) {  // this warpgroup's P·V of page t − 1 read P and that stage
           wgmma::wait_group<0>();
           seesaw_fence_operands(o_acc);
@@ -404,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_proxy_async_shared();
         seesaw_barrier_arrive(kSeesawReadyBarrier + group, kThreads);
 
-        rescale_o(alpha);
+        wgmma::scale_accumulator_rows(o_acc, alpha);
         pv_registers(t, p_frag);
       }
     };
@@ -441,10 +446,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
         }
       };
-      // S of the own page j in two groups. Part 1: the own half (freed by this warpgroup's own
-      // P·V, so it was copied first); on the sequence's last page the rows past its end are
+      // S of the own page j: the own half first (freed by this warpgroup's own P·V, so copied
+      // first; one group), then the other half and the rope block (freed by the other
+      // warpgroup's P·V; a second group). On the sequence's last page the rows past its end are
       // zeroed first, which needs the whole page.
-      auto issue_s_own_half = [&](float(&s_acc)[32], int j) {
+      auto issue_s = [&](float(&s_acc)[32], int j) {
         wait_half(j, group);
         const int tokens_valid = piece.seqlen - (piece.page_begin + j) * kPageTokens;
         if (tokens_valid < kPageTokens) {
@@ -457,48 +463,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence();
         s_blocks(s_acc, j, 4 * group, std::integral_constant<int, 4>());
         wgmma::commit_group();
-      };
-      // Part 2: the other half and the rope block (freed by the other warpgroup's P·V).
-      auto issue_s_other_half = [&](float(&s_acc)[32], int j) {
         wait_half(j, 1 - group);
         s_blocks(s_acc, j, 4 * (1 - group), std::integral_constant<int, 4>());
         s_blocks(s_acc, j, 8, std::integral_constant<int, 1>());
         wgmma::commit_group();
-      };
-      // Scale to base 2 and mask page j's scores in place; the row maxima over the quad.
-      auto scale_and_mask = [&](float(&s_acc)[32], int j, float(&page_max)[2]) {
-        const int key0 = (piece.page_begin + j) * kPageTokens + 2 * (lane & 3);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          page_max[h] = -INFINITY;
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float& x = s_acc[4 * k + 2 * h + e];
-              x = key0 + 8 * k + e <= row_last_key[h] ? x * args.scale_log2 : -INFINITY;
-              page_max[h] = fmaxf(page_max[h], x);
-            }
-          }
-          page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 1));
-          page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 2));
-        }
-      };
-      // P = 2^(x − subtract) as bf16 A fragments (p_frag[2k + h]: keys 8k + 2(lane % 4) + {0, 1}
-      // of row h; k16 step ks uses p_frag[4ks .. 4ks + 3]), and its row sums.
-      auto exponentiate = [&](const float(&s_acc)[32], const float(&subtract)[2],
-                              uint32_t(&p_frag)[16], float(&sum)[2]) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          sum[h] = 0.f;
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const float p0 = ptx::fast_exp2(s_acc[4 * k + 2 * h] - subtract[h]);
-            const float p1 = ptx::fast_exp2(s_acc[4 * k + 2 * h + 1] - subtract[h]);
-            sum[h] += p0 + p1;
-            p_frag[2 * k + h] = ptx::pack_bf16x2(p0, p1);
-          }
-        }
       };
       // P of page j into its rope block (free once S_j is done), swizzled like a tile block.
       auto store_p = [&](int j, const uint32_t(&p_frag)[16]) {
@@ -542,7 +510,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma::commit_group();
       };
-      auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
 
       // Pair i: pages a = 2i and, when kFull, b = 2i + 1.
       auto pair = [&](int i, auto full_flag) {
@@ -560,8 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         seesaw_fence_operands(o_acc);
         if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
         if (group == 0) {
-          issue_s_own_half(s_acc, a);
-          issue_s_other_half(s_acc, a);
+          issue_s(s_acc, a);
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           scale_and_mask(s_acc, a, page_max);
@@ -584,7 +550,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::fence_proxy_async_shared();
             seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
           }
-          rescale_o(alpha_a);
+          wgmma::scale_accumulator_rows(o_acc, alpha_a);
           pv_registers(a, p_frag);
           if constexpr (kFull) {
             float m_b[2], alpha_b[2];
@@ -606,14 +572,13 @@ __global__ void __launch_bounds__(kThreads, 1)
               row_sum_part[h] *= alpha_b[h];
               row_max_run[h] = m_b[h];
             }
-            rescale_o(alpha_b);
+            wgmma::scale_accumulator_rows(o_acc, alpha_b);
             pv_shared(b);
           }
         } else {
           float m_a[2], alpha_a[2];
           if constexpr (kFull) {
-            issue_s_own_half(s_acc, b);
-            issue_s_other_half(s_acc, b);
+            issue_s(s_acc, b);
             wgmma::wait_group<0>();
             seesaw_fence_operands(s_acc);
             scale_and_mask(s_acc, b, page_max);
@@ -636,7 +601,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
               row_max_run[h] = m_b[h];
             }
-            rescale_o(alpha);
+            wgmma::scale_accumulator_rows(o_acc, alpha);
             pv_registers(b, p_frag);
             seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
             pv_shared(a);            // same frame as P_b: no rescale, so no wait in between
@@ -650,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               row_sum_part[h] *= alpha_a[h];
               row_max_run[h] = m_a[h];
             }
-            rescale_o(alpha_a);
+            wgmma::scale_accumulator_rows(o_acc, alpha_a);
             seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
             pv_shared(a);
           }

@@ -179,13 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         row_sum_part[h] = sum;
       }
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o_acc[4 * i + 0] *= alpha[0];
-        o_acc[4 * i + 1] *= alpha[0];
-        o_acc[4 * i + 2] *= alpha[1];
-        o_acc[4 * i + 3] *= alpha[1];
-      }
+      wgmma::scale_accumulator_rows(o_acc, alpha);
       wgmma::fence_proxy_async_shared();
       __syncthreads();  // P complete
 
