@@ -125,7 +125,11 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     std::shuffle(order.begin(), order.end(), std::mt19937(1));
     std::vector<int32_t> block_table(size_t(batch) * max_pages, 0);
     for (int b = 0, next = 0; b < batch; ++b)
-      for (int j = 0; j < pages_of[b]; ++j) block_table[size_t(b) * max_pages + j] = order[next++];
+      for (int j = 0; j < pages_of[b]; ++j) {
+        const int32_t page = order[next++];
+        block_table[size_t(b) * max_pages + j] =
+            options.page_pool > 0 ? page % options.page_pool : page;
+      }
 
     const size_t q_count =
         size_t(batch) * config.seqlen_q * config.num_heads_q * kernels::kHeadDimQK;

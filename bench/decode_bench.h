@@ -56,6 +56,10 @@ struct DecodeBenchOptions {
   std::vector<kernels::MlaDecodeCombine> fast_combines = {kernels::MlaDecodeCombine::kAuto};
   std::string flashmla_reference_path;  // empty: no reference column
   bool causal = true;
+  // Diagnostic: > 0 maps every block-table entry onto the first page_pool pages of the cache (a
+  // small pool stays in L2), to measure the kernels without DRAM latency. Bytes and GB/s are
+  // still counted as if every page were distinct.
+  int page_pool = 0;
   // Set: after each row's medians, every kFast variant that runs the 16-row body also gets a phase
   // timeline (decode_timeline.h), handed over as text.
   std::function<void(const std::string&)> timeline_sink;

@@ -29,9 +29,15 @@ struct BenchDecodeOptions {
   std::string kernel = "all";
   std::string only;  // "b,s_q,h_q,s_k" (s_k 0 = varlen)
   bool timeline = false;
+  int page_pool = 0;
 };
 
 void run_bench_decode(const BenchDecodeOptions& options) {
+  if (options.page_pool > 0 && !options.json_path.empty())
+    throw_error(
+        "--page-pool is a diagnostic (every page drawn from a pool of {}); its times are not "
+        "benchmark figures, so it cannot be combined with --json",
+        options.page_pool);
 #if MLA_WITH_CUDA
   if (cuda::device_count() == 0)
     throw_error(
@@ -68,6 +74,13 @@ void run_bench_decode(const BenchDecodeOptions& options) {
                 options.kernel);
   }
 
+  bench_options.page_pool = options.page_pool;
+  if (options.page_pool > 0) {
+    fmt::print(
+        "Diagnostic: every block-table entry is one of the first {} cache pages ({:.1f} MB); "
+        "GB/s counts every page as if distinct\n",
+        options.page_pool, options.page_pool * 64.0 * 576 * 2 / 1e6);
+  }
   if (options.timeline)
     bench_options.timeline_sink = [](const std::string& text) { fmt::print("{}", text); };
   if (!options.only.empty()) {
@@ -199,6 +212,11 @@ void add_bench_command(CLI::App& app) {
   decode->add_flag("--timeline", options->timeline,
                    "Also print each fast row's phase timeline (16-row body: when its CTAs reach "
                    "each phase, and how long the phases take)");
+  decode
+      ->add_option("--page-pool", options->page_pool,
+                   "Diagnostic: every sequence's pages drawn from the first N pages of the "
+                   "cache (small N: L2-resident, no DRAM latency); GB/s still counts every page")
+      ->check(CLI::Range(0, 1 << 30));
   decode->add_option(
       "--kernel", options->kernel,
       "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
