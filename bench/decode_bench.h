@@ -63,6 +63,9 @@ struct DecodeBenchOptions {
   // Set: after each row's medians, every kFast variant that runs the 16-row body also gets a phase
   // timeline (decode_timeline.h), handed over as text.
   std::function<void(const std::string&)> timeline_sink;
+  // Set: after each row's medians, every kFast variant that runs the seesaw pairs order also gets
+  // a per-pair trace (decode_pair_trace.h), handed over as text.
+  std::function<void(const std::string&)> pair_trace_sink;
 };
 
 struct FlashMlaReference {

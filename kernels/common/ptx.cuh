@@ -91,6 +91,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 }
 
 // Two floats → packed bf16x2 (round to nearest even), low half = `lo`.
+// Stores `value` at `address` when `predicate` holds: one predicated instruction, no branch (so a
+// diagnostic store does not split a wgmma pipeline stage into divergent paths).
+__device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* address,
+                                                 uint64_t value) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.global.u64 [%1], %2;\n}\n" ::"r"(
+                   static_cast<int>(predicate)),
+               "l"(address), "l"(value)
+               : "memory");
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&packed);

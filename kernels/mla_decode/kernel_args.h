@@ -26,6 +26,9 @@ struct DecodeKernelArgs {
   // Diagnostics (launch_mla_decode_with_timeline): per CTA, kTimelineSlots global-timer stamps
   // (ns) then kTimelineSlots clock64 stamps; only the 16-row body records. Null otherwise.
   uint64_t* timeline = nullptr;
+  // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values; only the
+  // seesaw's traced pairs instantiation records. Null otherwise.
+  uint64_t* pair_trace = nullptr;
 };
 
 // Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may
@@ -80,5 +83,7 @@ enum class SeesawOrder { kPvFirst, kSFirst, kPairs };
 // warpgroups alternate S and P·V instead of running the phases in lockstep.
 void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
                            cudaStream_t stream);
+// The pairs order's diagnostic instantiation recording args.pair_trace (launched combine).
+void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream);
 
 }  // namespace mla::kernels::decode

@@ -329,13 +329,16 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
 
 namespace {
 
-void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream_t stream) {
+// timeline / pair_trace: the diagnostics' buffers (null for a plain launch).
+void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* pair_trace,
+                   cudaStream_t stream) {
   const DecodeDeviceFacts device = current_decode_device_facts();
   check_mla_decode_args(params, device);
   if (params.batch == 0) return;
   decode::DecodeKernelArgs args;
   args.params = params;
   args.timeline = timeline;
+  args.pair_trace = pair_trace;
   args.shape =
       decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
   args.heads_per_kv = params.num_heads_q / params.num_heads_kv;
@@ -392,7 +395,11 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream
           schedule == MlaDecodeSchedule::kSeesawSFirst  ? decode::SeesawOrder::kSFirst
           : schedule == MlaDecodeSchedule::kSeesawPairs ? decode::SeesawOrder::kPairs
                                                         : decode::SeesawOrder::kPvFirst;
-      decode::launch_splitkv_seesaw(args, fused_combine, order, stream);
+      if (pair_trace != nullptr) {
+        decode::launch_splitkv_seesaw_pair_trace(args, stream);
+      } else {
+        decode::launch_splitkv_seesaw(args, fused_combine, order, stream);
+      }
     }
   }
   if (!fused_combine) {
@@ -404,7 +411,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, cudaStream
 }  // namespace
 
 void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
-  launch_decode(params, nullptr, stream);
+  launch_decode(params, nullptr, nullptr, stream);
 }
 
 int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
@@ -417,7 +424,34 @@ int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
                                      cudaStream_t stream) {
   require(timeline != nullptr, "timeline is null (allocate mla_decode_timeline_words() uint64)");
-  launch_decode(params, timeline, stream);
+  launch_decode(params, timeline, nullptr, stream);
+}
+
+const char* decode_pair_trace_event(int warpgroup, int event) {
+  // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the pairs order).
+  static constexpr const char* kEvents[2][kDecodePairTraceEvents] = {
+      {"pair start", "previous P·V done, half freed", "S issued (halves landed)", "S done",
+       "m_a published", "own P·V issued", "m_b received", "P_a published (m_b frame)",
+       "P_b received", "own P·V done, half freed", "P_b·V issued"},
+      {"pair start", "previous P·V done, half freed", "S issued (halves landed)", "S done",
+       "m_a received", "m_b published", "P_b published", "own P·V issued", "P_a received",
+       "P_a·V issued", "own P·V done, half freed"}};
+  require(warpgroup >= 0 && warpgroup < 2 && event >= 0 && event < kDecodePairTraceEvents,
+          fmt::format("no pair-trace event {} of warpgroup {}", event, warpgroup));
+  return kEvents[warpgroup][event];
+}
+
+void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
+                                       cudaStream_t stream) {
+  require(trace != nullptr, "pair trace is null (allocate kDecodePairTraceWords uint64)");
+  const bool pairs = params.kernel == MlaDecodeKernel::kFast && params.num_heads_kv > 0 &&
+                     int64_t(params.seqlen_q) * params.num_heads_q / params.num_heads_kv > 16 &&
+                     resolved_decode_schedule(params) == MlaDecodeSchedule::kSeesawPairs &&
+                     resolved_decode_combine(params) != MlaDecodeCombine::kFused;
+  require(pairs,
+          "the pair trace records kFast's seesaw pairs order only (more than 16 query rows per kv "
+          "head, schedule seesaw_pairs, launched combine)");
+  launch_decode(params, nullptr, trace, stream);
 }
 
 }  // namespace mla::kernels

@@ -122,7 +122,8 @@ __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, 
   issue_page(args, kv_smem0 + stage * kPageBytes, full0 + stage * 8, seq, page, kv_head, l2_policy);
 }
 
-template <bool kFusedCombine, SeesawOrder kOrder>
+// kTrace: the pairs order's diagnostic instantiation (launch_mla_decode_with_pair_trace).
+template <bool kFusedCombine, SeesawOrder kOrder, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_seesaw_kernel(const __grid_constant__ DecodeKernelArgs args) {
   constexpr bool kSFirst = kOrder == SeesawOrder::kSFirst;
@@ -511,6 +512,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::commit_group();
       };
 
+      // kTrace: this warpgroup's event `event` of pair i (CTA (0, 0), its first piece), clock64
+      // stored by the warpgroup's first thread through a predicated store (no branch: the wgmma
+      // pipeline stays the production one). The events are named by decode_pair_trace_event().
+      const bool trace_piece = kTrace && base == 0 && blockIdx.x == 0 && blockIdx.y == 0;
+      auto trace = [&](int i, int event) {
+        if constexpr (kTrace) {
+          ptx::st_global_u64_if(trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
+                                args.pair_trace +
+                                    (group * kDecodePairTracePairs + i) * kDecodePairTraceEvents +
+                                    event,
+                                clock64());
+        }
+      };
+
       // Pair i: pages a = 2i and, when kFull, b = 2i + 1.
       auto pair = [&](int i, auto full_flag) {
         constexpr bool kFull = decltype(full_flag)::value;
@@ -523,13 +538,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         // for last is freed by the other warpgroup here, so no wait comes before a release.
         // (Issuing the own half's k-steps before this release measured no better and makes ptxas
         // serialize the wgmmas: the release's one-lane branch sits inside S's pipeline stage.)
+        trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
         if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
+        trace(i, 1);
         if (group == 0) {
           issue_s(s_acc, a);
+          trace(i, 2);
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
+          trace(i, 3);
           scale_and_mask(s_acc, a, page_max);
           float m_a[2], alpha_a[2];
 #pragma unroll
@@ -539,6 +558,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             alpha_a[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
           }
           publish_max(m_a, alpha_a);
+          trace(i, 4);
           exponentiate(s_acc, subtract, p_frag, sum);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -552,9 +572,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           wgmma::scale_accumulator_rows(o_acc, alpha_a);
           pv_registers(a, p_frag);
+          trace(i, 5);
           if constexpr (kFull) {
             float m_b[2], alpha_b[2];
             read_other_max(m_b, alpha_b);
+            trace(i, 6);
             // P_a again in m_b's frame: warpgroup 1 adds it after its own page.
             uint32_t p_frag_b_frame[16];
 #pragma unroll
@@ -563,10 +585,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             store_p(a, p_frag_b_frame);
             wgmma::fence_proxy_async_shared();
             seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
+            trace(i, 7);
             seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_b is in place
+            trace(i, 8);
             wgmma::wait_group<0>();  // own P·V of page a: its half is free
             seesaw_fence_operands(o_acc);
             release_half(a);
+            trace(i, 9);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               row_sum_part[h] *= alpha_b[h];
@@ -574,15 +599,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             wgmma::scale_accumulator_rows(o_acc, alpha_b);
             pv_shared(b);
+            trace(i, 10);
           }
         } else {
           float m_a[2], alpha_a[2];
           if constexpr (kFull) {
             issue_s(s_acc, b);
+            trace(i, 2);
             wgmma::wait_group<0>();
             seesaw_fence_operands(s_acc);
+            trace(i, 3);
             scale_and_mask(s_acc, b, page_max);
             read_other_max(m_a, alpha_a);
+            trace(i, 4);
             float m_b[2], alpha[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -591,10 +620,12 @@ __global__ void __launch_bounds__(kThreads, 1)
               alpha[h] = ptx::fast_exp2(m_a[h] - subtract[h]);  // α_b
             }
             publish_max(m_b, alpha);
+            trace(i, 5);
             exponentiate(s_acc, subtract, p_frag, sum);
             store_p(b, p_frag);
             wgmma::fence_proxy_async_shared();
             seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
+            trace(i, 6);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               alpha[h] *= alpha_a[h];  // O_R and its row sum: from m to m_b
@@ -603,11 +634,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             wgmma::scale_accumulator_rows(o_acc, alpha);
             pv_registers(b, p_frag);
+            trace(i, 7);
             seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
-            pv_shared(a);            // same frame as P_b: no rescale, so no wait in between
+            trace(i, 8);
+            pv_shared(a);  // same frame as P_b: no rescale, so no wait in between
+            trace(i, 9);
             wgmma::wait_group<1>();  // own P·V of page b: its half is free
             seesaw_fence_operands(o_acc);
             release_half(b);
+            trace(i, 10);
           } else {
             read_other_max(m_a, alpha_a);
 #pragma unroll
@@ -673,10 +708,12 @@ static auto* seesaw_kernel(SeesawOrder order) {
   return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kPvFirst>;
 }
 
-void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
-                           cudaStream_t stream) {
+// One launch of a seesaw instantiation: the shared memory attribute, the grid, cooperative when
+// the combine is fused.
+template <typename Kernel>
+static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, bool fused_combine,
+                                 cudaStream_t stream) {
   constexpr int kSmemBytes = sizeof(SeesawSharedStorage);
-  auto* kernel = fused_combine ? seesaw_kernel<true>(order) : seesaw_kernel<false>(order);
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
@@ -685,6 +722,17 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
   launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_seesaw (fused combine)"
                                  : "mla_decode_splitkv_seesaw");
+}
+
+void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
+                           cudaStream_t stream) {
+  launch_seesaw_kernel(fused_combine ? seesaw_kernel<true>(order) : seesaw_kernel<false>(order),
+                       args, fused_combine, stream);
+}
+
+void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream) {
+  launch_seesaw_kernel(&mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, true>, args,
+                       false, stream);
 }
 
 }  // namespace mla::kernels::decode

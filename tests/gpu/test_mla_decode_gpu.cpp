@@ -58,7 +58,7 @@ void PrintTo(const KernelChoice& choice, std::ostream* os) {
 // poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
 // timeline: launch_mla_decode_with_timeline() into it instead of launch_mla_decode().
 bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice,
-                                uint64_t* timeline = nullptr) {
+                                uint64_t* timeline = nullptr, uint64_t* pair_trace = nullptr) {
   gpu.poison_outputs(nullptr);
   kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
   kernels::MlaDecodeParams params = gpu.decode_params();
@@ -67,6 +67,8 @@ bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice
   params.schedule = choice.schedule;
   if (timeline != nullptr)
     kernels::launch_mla_decode_with_timeline(params, timeline, nullptr);
+  else if (pair_trace != nullptr)
+    kernels::launch_mla_decode_with_pair_trace(params, pair_trace, nullptr);
   else
     kernels::launch_mla_decode(params, nullptr);
   return gpu.fetch(nullptr);
@@ -562,4 +564,64 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return name_of(info.param); });
 
 }  // namespace
+// The pairs order's trace: the same output as the production kernel, and for every pair CTA
+// (0, 0) recorded, each warpgroup's events in the order its code reaches them, pairs one after
+// another, and each cross-warpgroup wait ending after what it waits for. A launch that does not
+// run the pairs order is refused.
+TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
+  ref::PagedDecodeProblemSpec spec;
+  spec.seqlen_q = 2;
+  spec.num_heads_q = 128;
+  spec.seqlens = {64 * 40 - 5, 64 * 33, 700};  // CTA (0, 0) gets several pairs of the first one
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  bench::GpuDecodeProblem gpu(problem, /*num_sms=*/8);
+  const KernelChoice pairs{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched,
+                           MlaDecodeSchedule::kSeesawPairs};
+  const bench::DecodeOutputs want = run_decode(gpu, pairs);
+  cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
+  MLA_CUDA_CHECK(cudaMemset(trace.data(), 0, trace.bytes()));
+  const bench::DecodeOutputs got = run_decode(gpu, pairs, nullptr, trace.data());
+  EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
+      << "the traced instantiation's output differs";
+  EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)));
+
+  const std::vector<uint64_t> t = trace.to_host();
+  constexpr int kPairs = kernels::kDecodePairTracePairs, kEvents = kernels::kDecodePairTraceEvents;
+  auto at = [&](int group, int pair, int event) {
+    return t[(size_t(group) * kPairs + pair) * kEvents + event];
+  };
+  int full_pairs = 0;
+  for (int pair = 0; pair < kPairs; ++pair) {
+    bool full = true;
+    for (int group = 0; group < 2; ++group)
+      for (int event = 0; event < kEvents; ++event) full = full && at(group, pair, event) != 0;
+    if (!full) continue;
+    ++full_pairs;
+    for (int group = 0; group < 2; ++group) {
+      for (int event = 1; event < kEvents; ++event) {
+        EXPECT_GE(at(group, pair, event), at(group, pair, event - 1))
+            << "warpgroup " << group << ", pair " << pair << ", event " << event;
+      }
+      if (pair > 0 && at(group, pair - 1, kEvents - 1) != 0) {
+        EXPECT_GE(at(group, pair, 0), at(group, pair - 1, kEvents - 1))
+            << "warpgroup " << group << ", pair " << pair;
+      }
+    }
+    // A receiver's stamp follows the publisher's event before its publication (the publisher
+    // stamps after arriving, so its own stamp may come a few cycles after the receiver's).
+    EXPECT_GE(at(1, pair, 4), at(0, pair, 3)) << "m_a received before S_a was done, pair " << pair;
+    EXPECT_GE(at(0, pair, 6), at(1, pair, 4)) << "m_b received before m_a was, pair " << pair;
+    EXPECT_GE(at(0, pair, 8), at(1, pair, 5))
+        << "P_b received before m_b was published, pair " << pair;
+    EXPECT_GE(at(1, pair, 8), at(0, pair, 6)) << "P_a received before m_b was, pair " << pair;
+  }
+  EXPECT_GE(full_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
+  for (int event = 0; event < kEvents; ++event)
+    EXPECT_FALSE(std::string(kernels::decode_pair_trace_event(0, event)).empty());
+
+  KernelChoice pv_first = pairs;
+  pv_first.schedule = MlaDecodeSchedule::kSeesawPvFirst;
+  EXPECT_THROW(run_decode(gpu, pv_first, nullptr, trace.data()), mla::Error);
+}
+
 }  // namespace mla

@@ -29,6 +29,7 @@ struct BenchDecodeOptions {
   std::string kernel = "all";
   std::string only;  // "b,s_q,h_q,s_k" (s_k 0 = varlen)
   bool timeline = false;
+  bool pair_trace = false;
   int page_pool = 0;
 };
 
@@ -83,6 +84,8 @@ void run_bench_decode(const BenchDecodeOptions& options) {
   }
   if (options.timeline)
     bench_options.timeline_sink = [](const std::string& text) { fmt::print("{}", text); };
+  if (options.pair_trace)
+    bench_options.pair_trace_sink = [](const std::string& text) { fmt::print("{}", text); };
   if (!options.only.empty()) {
     bench::DecodeBenchCase only;
     if (std::sscanf(options.only.c_str(), "%d,%d,%d,%d", &only.batch, &only.seqlen_q,
@@ -212,6 +215,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_flag("--timeline", options->timeline,
                    "Also print each fast row's phase timeline (16-row body: when its CTAs reach "
                    "each phase, and how long the phases take)");
+  decode->add_flag("--pair-trace", options->pair_trace,
+                   "Also print each fast row's per-pair trace where it runs the seesaw pairs order "
+                   "(when each warpgroup reaches each step of a pair, CTA (0, 0))");
   decode
       ->add_option("--page-pool", options->page_pool,
                    "Diagnostic: every sequence's pages drawn from the first N pages of the "

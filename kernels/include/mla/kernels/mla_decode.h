@@ -184,6 +184,22 @@ int64_t mla_decode_timeline_words(const MlaDecodeParams& params);  // split-KV C
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
                                      cudaStream_t stream);
 
+// Diagnostics: launch_mla_decode() with kFast's seesaw pairs order recording when each step of a
+// pair happens, for `mla bench decode --pair-trace`. Only CTA (0, 0) records, its first piece's
+// first kDecodePairTracePairs pairs with two pages: `trace` (device memory, kDecodePairTraceWords
+// uint64, zeroed by the caller) receives clock64 values at [(warpgroup · kDecodePairTracePairs +
+// pair) · kDecodePairTraceEvents + event]; an event never reached stays 0. The events, per
+// warpgroup, are named by decode_pair_trace_event(). A separate instantiation of the same body (the
+// production kernels are unchanged). Throws mla::Error unless the launch runs the pairs order
+// (kFast, more than 16 rows per kv head, decode_resolved_schedule() kSeesawPairs) with the
+// launched combine.
+inline constexpr int kDecodePairTracePairs = 32;
+inline constexpr int kDecodePairTraceEvents = 11;
+inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
+const char* decode_pair_trace_event(int warpgroup, int event);
+void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
+                                       cudaStream_t stream);
+
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
   size_t plan_offset = 0;              // int32[decode_plan_ints(batch, num_parts)]

@@ -1,0 +1,107 @@
+// capture_decode_pair_trace(), format_decode_pair_trace(); see decode_pair_trace.h.
+#include "bench/decode_pair_trace.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench/timing.h"
+#include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+
+namespace mla::bench {
+namespace {
+
+constexpr int kPairs = kernels::kDecodePairTracePairs;
+constexpr int kEvents = kernels::kDecodePairTraceEvents;
+constexpr size_t kFlushBytes = size_t(256) << 20;  // as EventTimer's
+
+// One run: medians over pairs i ≥ 1 that have every event of both warpgroups and whose next pair
+// started (pair 0 starts the pipeline; the last recorded pair has no next start).
+DecodePairTrace summarize_run(const std::vector<uint64_t>& t) {
+  auto at = [&](int group, int pair, int event) {
+    return t[(size_t(group) * kPairs + pair) * kEvents + event];
+  };
+  std::vector<double> period;
+  std::array<std::array<std::vector<double>, kEvents>, 2> offsets;
+  for (int pair = 1; pair + 1 < kPairs; ++pair) {
+    bool full = at(0, pair + 1, 0) != 0;
+    for (int group = 0; group < 2; ++group)
+      for (int event = 0; event < kEvents; ++event) full = full && at(group, pair, event) != 0;
+    if (!full) continue;
+    const double start = double(at(0, pair, 0));
+    period.push_back(double(at(0, pair + 1, 0)) - start);
+    for (int group = 0; group < 2; ++group)
+      for (int event = 0; event < kEvents; ++event)
+        offsets[group][event].push_back(double(at(group, pair, event)) - start);
+  }
+  DecodePairTrace run;
+  run.pairs = static_cast<int>(period.size());
+  if (period.empty()) return run;
+  run.period_cycles = median(period);
+  for (int group = 0; group < 2; ++group)
+    for (int event = 0; event < kEvents; ++event)
+      run.event_cycles[group][event] = median(offsets[group][event]);
+  return run;
+}
+
+}  // namespace
+
+DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params, int runs,
+                                          cudaStream_t stream) {
+  MLA_CHECK_GE(runs, 1);
+  cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
+  cuda::DeviceBuffer<char> flush(kFlushBytes);
+  std::vector<DecodePairTrace> per_run;
+  for (int run = 0; run < runs; ++run) {
+    MLA_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.bytes(), stream));
+    MLA_CUDA_CHECK(cudaMemsetAsync(flush.data(), run & 0xff, flush.bytes(), stream));
+    kernels::launch_mla_decode_with_pair_trace(params, trace.data(), stream);
+    per_run.push_back(summarize_run(trace.to_host(stream)));
+  }
+  DecodePairTrace result = per_run.front();
+  auto median_of = [&](auto get) {
+    std::vector<double> values;
+    for (const DecodePairTrace& run : per_run) values.push_back(get(run));
+    return median(values);
+  };
+  result.pairs = static_cast<int>(median_of([](const DecodePairTrace& r) { return r.pairs; }));
+  result.period_cycles = median_of([](const DecodePairTrace& r) { return r.period_cycles; });
+  for (int group = 0; group < 2; ++group)
+    for (int event = 0; event < kEvents; ++event)
+      result.event_cycles[group][event] =
+          median_of([&](const DecodePairTrace& r) { return r.event_cycles[group][event]; });
+  return result;
+}
+
+std::string format_decode_pair_trace(const DecodePairTrace& trace, const std::string& label,
+                                     int sm_clock_khz) {
+  const double cycles_per_us = sm_clock_khz * 1e-3;
+  std::string text = fmt::format(
+      "pair trace, {} (CTA (0, 0), first piece, {} pairs; cycles after warpgroup 0's pair start, "
+      "µs at {} MHz): one pair every {:.0f} cycles ({:.2f} µs); its tensor work at the peak "
+      "(2 pages × 36 m64n64k16 + 8 m64n256k16 ≈ 4,352 cycles) would take {:.0f} %\n",
+      label, trace.pairs, sm_clock_khz / 1000, trace.period_cycles,
+      trace.period_cycles / cycles_per_us,
+      trace.period_cycles > 0 ? 100.0 * 4352 / trace.period_cycles : 0.0);
+  struct Line {
+    double cycles;
+    int group, event;
+  };
+  std::vector<Line> lines;
+  for (int group = 0; group < 2; ++group)
+    for (int event = 0; event < kEvents; ++event)
+      lines.push_back({trace.event_cycles[group][event], group, event});
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const Line& a, const Line& b) { return a.cycles < b.cycles; });
+  for (const Line& line : lines) {
+    text += fmt::format("  {:>7.0f} cycles {:>6.2f} µs  {}warpgroup {}: {}\n", line.cycles,
+                        line.cycles / cycles_per_us, line.group == 0 ? "" : "            ",
+                        line.group, kernels::decode_pair_trace_event(line.group, line.event));
+  }
+  return text;
+}
+
+}  // namespace mla::bench
