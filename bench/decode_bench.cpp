@@ -233,16 +233,9 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     if (options.pair_trace_sink) {
       const int sm_clock_khz = cuda::current_device_info().sm_clock_khz;
       for (size_t k = 0; k < variants.size(); ++k) {
-        const kernels::MlaDecodeParams& variant = variants[k];
-        const bool pairs =
-            variant.kernel == kernels::MlaDecodeKernel::kFast &&
-            config.seqlen_q * config.num_heads_q > 16 &&
-            kernels::resolved_decode_schedule(variant) ==
-                kernels::MlaDecodeSchedule::kSeesawPairs &&
-            kernels::resolved_decode_combine(variant) != kernels::MlaDecodeCombine::kFused;
-        if (!pairs) continue;
+        if (!kernels::decode_pair_trace_applies(variants[k])) continue;
         const DecodePairTrace trace =
-            capture_decode_pair_trace(variant, std::min(options.runs, 10), stream);
+            capture_decode_pair_trace(variants[k], std::min(options.runs, 10), stream);
         options.pair_trace_sink(format_decode_pair_trace(
             trace,
             fmt::format("{} b={} s_q={} h_q={} s_k={}", names[k], config.batch, config.seqlen_q,

@@ -90,7 +90,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats → packed bf16x2 (round to nearest even), low half = `lo`.
 // Stores `value` at `address` when `predicate` holds: one predicated instruction, no branch (so a
 // diagnostic store does not split a wgmma pipeline stage into divergent paths).
 __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* address,
@@ -101,6 +100,7 @@ __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* addre
                : "memory");
 }
 
+// Two floats → packed bf16x2 (round to nearest even), low half = `lo`.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&packed);

@@ -441,14 +441,20 @@ const char* decode_pair_trace_event(int warpgroup, int event) {
   return kEvents[warpgroup][event];
 }
 
+bool decode_pair_trace_applies(const MlaDecodeParams& params) {
+  // The 16-row body takes tiles of at most 16 rows; every wider tile runs a 64-row body.
+  return params.kernel == MlaDecodeKernel::kFast && params.num_heads_kv > 0 &&
+         decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv,
+                             params.num_sms)
+                 .rows_per_tile != 16 &&
+         resolved_decode_schedule(params) == MlaDecodeSchedule::kSeesawPairs &&
+         resolved_decode_combine(params) != MlaDecodeCombine::kFused;
+}
+
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
                                        cudaStream_t stream) {
   require(trace != nullptr, "pair trace is null (allocate kDecodePairTraceWords uint64)");
-  const bool pairs = params.kernel == MlaDecodeKernel::kFast && params.num_heads_kv > 0 &&
-                     int64_t(params.seqlen_q) * params.num_heads_q / params.num_heads_kv > 16 &&
-                     resolved_decode_schedule(params) == MlaDecodeSchedule::kSeesawPairs &&
-                     resolved_decode_combine(params) != MlaDecodeCombine::kFused;
-  require(pairs,
+  require(decode_pair_trace_applies(params),
           "the pair trace records kFast's seesaw pairs order only (more than 16 query rows per kv "
           "head, schedule seesaw_pairs, launched combine)");
   launch_decode(params, nullptr, trace, stream);

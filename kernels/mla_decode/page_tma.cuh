@@ -27,19 +27,6 @@ __device__ __forceinline__ int page_id_of(const DecodeKernelArgs& args, int seq,
   return p.block_table[seq * p.block_table_batch_stride + page];
 }
 
-// One thread: cache page `page_id` (kv head `kv_head`) into the stage at `stage_smem`, completing
-// on the mbarrier at `barrier`.
-__device__ __forceinline__ void issue_page_id(const DecodeKernelArgs& args, uint32_t stage_smem,
-                                              uint32_t barrier, int page_id, int kv_head,
-                                              uint64_t l2_policy) {
-  tma::arrive_expect_bytes(barrier, kPageBytes);
-#pragma unroll
-  for (int block = 0; block < kChunksQK / 8; ++block) {
-    tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
-                 0, page_id, kv_head, l2_policy);
-  }
-}
-
 // One thread: the 64-column blocks of cache page `page_id` whose bits are set in `block_mask` (bit
 // b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on `barrier`.
 __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
@@ -52,6 +39,16 @@ __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, 
       tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
                    0, page_id, kv_head, l2_policy);
   }
+}
+
+// One thread: cache page `page_id` (kv head `kv_head`) into the stage at `stage_smem`, completing
+// on the mbarrier at `barrier`: all of its column blocks.
+__device__ __forceinline__ void issue_page_id(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                              uint32_t barrier, int page_id, int kv_head,
+                                              uint64_t l2_policy) {
+  static_assert(kChunksQK / 8 * kColumnBlockBytes == kPageBytes);
+  issue_page_blocks(args, stage_smem, barrier, page_id, kv_head, (1u << (kChunksQK / 8)) - 1,
+                    l2_policy);
 }
 
 // One thread: page `page` of sequence `seq` (kv head `kv_head`) into the stage at `stage_smem`,

@@ -60,6 +60,7 @@
 #include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_epilogue.cuh"
 #include "mla_decode/tile_loader.cuh"
+#include "mla_decode/tile_scores.cuh"
 
 namespace mla::kernels::decode {
 
@@ -254,20 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto scale_and_mask = [&](float(&s_acc)[32], int j, float(&page_max)[2]) {
       const int key0 = (piece.page_begin + j) * kPageTokens + 2 * (lane & 3);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        page_max[h] = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s_acc[4 * k + 2 * h + e];
-            x = key0 + 8 * k + e <= row_last_key[h] ? x * args.scale_log2 : -INFINITY;
-            page_max[h] = fmaxf(page_max[h], x);
-          }
-        }
-        page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 1));
-        page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 2));
-      }
+      for (int h = 0; h < 2; ++h)
+        page_max[h] = scale_mask_row_max<8>(s_acc, h, key0, row_last_key[h], args.scale_log2);
     };
     // P = 2^(x − subtract) as bf16 A fragments (p_frag[2k + h]: keys 8k + 2(lane % 4) + {0, 1}
     // of row h; k16 step ks uses p_frag[4ks .. 4ks + 3]), and its row sums.

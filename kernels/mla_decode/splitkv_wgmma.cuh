@@ -29,6 +29,7 @@
 #include "mla_decode/page_tma.cuh"
 #include "mla_decode/tile_epilogue.cuh"
 #include "mla_decode/tile_loader.cuh"
+#include "mla_decode/tile_scores.cuh"
 
 namespace mla::kernels::decode {
 
@@ -141,18 +142,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int key0 = page * kPageTokens + group * kWgmmaTokensPerGroup + 2 * (lane & 3);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float partial_max = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s_acc[4 * j + 2 * h + e];
-            x = key0 + 8 * j + e <= row_last_key[h] ? x * args.scale_log2 : -INFINITY;
-            partial_max = fmaxf(partial_max, x);
-          }
-        }
-        partial_max = fmaxf(partial_max, __shfl_xor_sync(0xffffffffu, partial_max, 1));
-        partial_max = fmaxf(partial_max, __shfl_xor_sync(0xffffffffu, partial_max, 2));
+        const float partial_max =
+            scale_mask_row_max<4>(s_acc, h, key0, row_last_key[h], args.scale_log2);
         if ((lane & 3) == 0) smem.row_partial[group][my_rows[h]] = partial_max;
       }
       __syncthreads();

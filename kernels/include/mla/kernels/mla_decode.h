@@ -197,6 +197,8 @@ inline constexpr int kDecodePairTracePairs = 32;
 inline constexpr int kDecodePairTraceEvents = 11;
 inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
 const char* decode_pair_trace_event(int warpgroup, int event);
+// Whether a launch with these params runs the pairs order (what the pair trace records).
+bool decode_pair_trace_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
                                        cudaStream_t stream);
 
