@@ -429,16 +429,22 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
 
 const char* decode_pair_trace_event(int warpgroup, int event) {
   // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the pairs order).
-  static constexpr const char* kEvents[2][kDecodePairTraceEvents] = {
-      {"pair start", "previous P·V done, half freed", "S issued (halves landed)", "S done",
-       "m_a published", "own P·V issued", "m_b received", "P_a published (m_b frame)",
-       "P_b received", "own P·V done, half freed", "P_b·V issued"},
-      {"pair start", "previous P·V done, half freed", "S issued (halves landed)", "S done",
-       "m_a received", "m_b published", "P_b published", "own P·V issued", "P_a received",
-       "P_a·V issued", "own P·V done, half freed"}};
+  // Both warpgroups run the same steps, on their own page (a: warpgroup 0, b: warpgroup 1).
+  static constexpr const char* kEvents[kDecodePairTraceEvents] = {
+      "pair start",
+      "previous P·V done, other's half freed",
+      "S issued (halves landed)",
+      "S done",
+      "page max published",
+      "other's page max received",
+      "P published",
+      "own P·V issued",
+      "other's P received",
+      "other's P·V issued",
+      "own P·V done, half freed"};
   require(warpgroup >= 0 && warpgroup < 2 && event >= 0 && event < kDecodePairTraceEvents,
           fmt::format("no pair-trace event {} of warpgroup {}", event, warpgroup));
-  return kEvents[warpgroup][event];
+  return kEvents[event];
 }
 
 bool decode_pair_trace_applies(const MlaDecodeParams& params) {

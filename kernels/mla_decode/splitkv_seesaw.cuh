@@ -22,18 +22,21 @@
 // write follows the last read of the previous content. Ready signals: named barrier 1 (warpgroup
 // 0 publishes, bar.arrive; warpgroup 1 bar.sync) and 2 (the reverse), 256 threads each.
 //
-// The pairs order (SeesawOrder::kPairs; after FlashMLA's published schedule, written our own way):
-// pages 2i (warpgroup 0's) and 2i + 1 (warpgroup 1's) form pair i. Warpgroup 0: S_a, softmax
-// (running max m → m_a), O_L·α_a + P_a·V_a; then, given warpgroup 1's m_b, P_a in the frame of m_b
-// to shared memory and O_L·α_b + P_b·V_b. Warpgroup 1: S_b, softmax with m_a (m_b), O_R·α_a·α_b +
-// P_b·V_b + P_a·V_a (both in m_b's frame, so warpgroup 1 may add its own page first). Both S of a
-// pair are issued back to back once the previous pair's P·V are issued, so one warpgroup's softmax
-// runs under the other's S. Each P lives in its page's rope block once S is done (only S reads
-// the rope), so the P buffer is unused. Pages are copied and released by halves: half h (column
-// blocks 4h..4h+3, read by warpgroup h's P·V) is released by warpgroup h's four warps after its
-// P·V of the page, and the fourth issues half h of page j + 2 at once; the rope block rides with
-// the half of the warpgroup that does not own the page (it reads P there). A warpgroup's own half
-// of a page is freed right after its own P·V, so S_{j+2} starts on it while the other half loads.
+// The pairs order (SeesawOrder::kPairs): pages 2i (warpgroup 0's) and 2i + 1 (warpgroup 1's) form
+// pair i. Each warpgroup computes S of its page, and the two exchange their pages' row maxima
+// through shared memory, so both take the same new running max m = max(m_prev, max S_a, max S_b).
+// Then each exponentiates its page once in that frame (P to registers for its own P·V and to
+// shared memory for the other's), rescales its half of O once (α = 2^(m_prev − m)), and issues
+// O·α + P_own·V_own (A from registers) and, once the other's P is in place, + P_other·V_other (A
+// from shared memory): both in one frame, so no wait between them. (FlashMLA's published schedule
+// chains the pair instead: warpgroup 1's softmax waits for warpgroup 0's max, and warpgroup 0
+// exponentiates and rescales twice; measured on the H200, the chain ran both S together anyway.)
+// Each P lives in its page's rope block once S is done (only S reads the rope), so the P buffer is
+// unused. Pages are copied and released by halves: half h (column blocks 4h..4h+3, read by
+// warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the page, and the
+// fourth issues half h of page j + 2 at once; the rope block rides with the half of the warpgroup
+// that does not own the page (it reads P there). A warpgroup's own half of a page is freed right
+// after its own P·V, so S_{j+2} starts on it while the other half loads.
 // Each warpgroup frees its half of the other's page before it waits for any page (the half each S
 // waits for last is the one the other warpgroup frees then), so no wait precedes a release.
 //
@@ -81,8 +84,7 @@ struct SeesawSharedStorage {
   float page_alpha[kSeesawRows];               // O rescale of the last published page
   float page_max[kSeesawRows];                 // running row max after it (base 2)
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
-  float pair_max[2][kSeesawRows];              // pairs: running max after each warpgroup's page
-  float pair_alpha[2][kSeesawRows];            // pairs: its O rescale
+  float pair_max[2][kSeesawRows];              // pairs: each warpgroup's page max of the pair
   int released[kStages];                       // warps done with each stage, 8 per page
   int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
@@ -471,23 +473,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      auto publish_max = [&](const float(&m)[2], const float(&alpha)[2]) {
+      // The pair's max exchange: each warpgroup's page max per row (before the running max).
+      auto publish_page_max = [&](const float(&m)[2]) {
         if ((lane & 3) == 0) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            smem.pair_max[group][my_rows[h]] = m[h];
-            smem.pair_alpha[group][my_rows[h]] = alpha[h];
-          }
+          for (int h = 0; h < 2; ++h) smem.pair_max[group][my_rows[h]] = m[h];
         }
         seesaw_barrier_arrive(kPairsMaxBarrier + group, kThreads);
       };
-      auto read_other_max = [&](float(&m)[2], float(&alpha)[2]) {
+      auto read_other_page_max = [&](float(&m)[2]) {
         seesaw_barrier_sync(kPairsMaxBarrier + (1 - group), kThreads);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          m[h] = smem.pair_max[1 - group][my_rows[h]];
-          alpha[h] = smem.pair_alpha[1 - group][my_rows[h]];
-        }
+        for (int h = 0; h < 2; ++h) m[h] = smem.pair_max[1 - group][my_rows[h]];
       };
       auto pv_shared = [&](int j) {  // P from page j's rope block
         wait_half(j, group);         // complete already; orders this warpgroup's reads
@@ -515,134 +512,80 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       };
 
-      // Pair i: pages a = 2i and, when kFull, b = 2i + 1.
+      // Pair i: pages a = 2i (warpgroup 0's) and, when kFull, b = 2i + 1 (warpgroup 1's). Both
+      // warpgroups take the pair's new running max m = max(m_prev, max S_a, max S_b) from one
+      // exchange of page maxima, so each exponentiates its page once, rescales O once and then
+      // issues both P·V of the pair with nothing to wait for in between but the other's P.
       auto pair = [&](int i, auto full_flag) {
         constexpr bool kFull = decltype(full_flag)::value;
         const int a = 2 * i, b = 2 * i + 1;
-        float s_acc[32];
-        uint32_t p_frag[16];
-        float page_max[2], sum[2], subtract[2];
+        const int own = group == 0 ? a : b, other = group == 0 ? b : a;
+        float page_max[2], other_max[2], subtract[2], alpha[2];
         // Each warpgroup first frees its half of the other's page of the previous pair (its P·V
         // of it was its last wgmma group) and only then waits for pages: the half each S waits
         // for last is freed by the other warpgroup here, so no wait comes before a release.
-        // (Issuing the own half's k-steps before this release measured no better and makes ptxas
-        // serialize the wgmmas: the release's one-lane branch sits inside S's pipeline stage.)
         trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
         if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
         trace(i, 1);
-        if (group == 0) {
-          issue_s(s_acc, a);
+        if (kFull || group == 0) {
+          float s_acc[32];
+          uint32_t p_frag[16];
+          float sum[2];
+          issue_s(s_acc, own);
           trace(i, 2);
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           trace(i, 3);
-          scale_and_mask(s_acc, a, page_max);
-          float m_a[2], alpha_a[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            m_a[h] = fmaxf(row_max_run[h], page_max[h]);
-            subtract[h] = subtract_of(m_a[h]);
-            alpha_a[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
-          }
-          publish_max(m_a, alpha_a);
+          scale_and_mask(s_acc, own, page_max);
+          publish_page_max(page_max);
           trace(i, 4);
-          exponentiate(s_acc, subtract, p_frag, sum);
+          if constexpr (kFull) {
+            read_other_page_max(other_max);
+          } else {
+            other_max[0] = other_max[1] = -INFINITY;  // the piece's last page: a alone
+          }
+          trace(i, 5);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            row_sum_part[h] = row_sum_part[h] * alpha_a[h] + sum[h];
-            row_max_run[h] = m_a[h];
+            const float m = fmaxf(row_max_run[h], fmaxf(page_max[h], other_max[h]));
+            subtract[h] = subtract_of(m);
+            alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
+            row_max_run[h] = m;
           }
-          if constexpr (!kFull) {  // the piece's last page: P_a as it is, before the P·V reads
-            store_p(a, p_frag);    // p_frag (no reads of a wgmma's registers in flight)
-            wgmma::fence_proxy_async_shared();
-            seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
-          }
-          wgmma::scale_accumulator_rows(o_acc, alpha_a);
-          pv_registers(a, p_frag);
-          trace(i, 5);
+          exponentiate(s_acc, subtract, p_frag, sum);
+          store_p(own, p_frag);
+          wgmma::fence_proxy_async_shared();
+          seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
+          trace(i, 6);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+          wgmma::scale_accumulator_rows(o_acc, alpha);
+          pv_registers(own, p_frag);
+          trace(i, 7);
           if constexpr (kFull) {
-            float m_b[2], alpha_b[2];
-            read_other_max(m_b, alpha_b);
-            trace(i, 6);
-            // P_a again in m_b's frame: warpgroup 1 adds it after its own page.
-            uint32_t p_frag_b_frame[16];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) subtract[h] = subtract_of(m_b[h]);
-            exponentiate(s_acc, subtract, p_frag_b_frame, sum);
-            store_p(a, p_frag_b_frame);
-            wgmma::fence_proxy_async_shared();
-            seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
-            trace(i, 7);
-            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_b is in place
+            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // the other's P
             trace(i, 8);
-            wgmma::wait_group<0>();  // own P·V of page a: its half is free
-            seesaw_fence_operands(o_acc);
-            release_half(a);
+            pv_shared(other);  // same frame as the own P: no rescale, so no wait in between
             trace(i, 9);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              row_sum_part[h] *= alpha_b[h];
-              row_max_run[h] = m_b[h];
-            }
-            wgmma::scale_accumulator_rows(o_acc, alpha_b);
-            pv_shared(b);
+            wgmma::wait_group<1>();  // the own P·V: this warpgroup's half of its page is free
+            seesaw_fence_operands(o_acc);
+            release_half(own);
             trace(i, 10);
           }
-        } else {
-          float m_a[2], alpha_a[2];
-          if constexpr (kFull) {
-            issue_s(s_acc, b);
-            trace(i, 2);
-            wgmma::wait_group<0>();
-            seesaw_fence_operands(s_acc);
-            trace(i, 3);
-            scale_and_mask(s_acc, b, page_max);
-            read_other_max(m_a, alpha_a);
-            trace(i, 4);
-            float m_b[2], alpha[2];
+        } else {  // warpgroup 1 when page a is the piece's last: P_a·V only
+          read_other_page_max(other_max);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              m_b[h] = fmaxf(m_a[h], page_max[h]);
-              subtract[h] = subtract_of(m_b[h]);
-              alpha[h] = ptx::fast_exp2(m_a[h] - subtract[h]);  // α_b
-            }
-            publish_max(m_b, alpha);
-            trace(i, 5);
-            exponentiate(s_acc, subtract, p_frag, sum);
-            store_p(b, p_frag);
-            wgmma::fence_proxy_async_shared();
-            seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
-            trace(i, 6);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              alpha[h] *= alpha_a[h];  // O_R and its row sum: from m to m_b
-              row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-              row_max_run[h] = m_b[h];
-            }
-            wgmma::scale_accumulator_rows(o_acc, alpha);
-            pv_registers(b, p_frag);
-            trace(i, 7);
-            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
-            trace(i, 8);
-            pv_shared(a);  // same frame as P_b: no rescale, so no wait in between
-            trace(i, 9);
-            wgmma::wait_group<1>();  // own P·V of page b: its half is free
-            seesaw_fence_operands(o_acc);
-            release_half(b);
-            trace(i, 10);
-          } else {
-            read_other_max(m_a, alpha_a);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              row_sum_part[h] *= alpha_a[h];
-              row_max_run[h] = m_a[h];
-            }
-            wgmma::scale_accumulator_rows(o_acc, alpha_a);
-            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
-            pv_shared(a);
+          for (int h = 0; h < 2; ++h) {
+            const float m = fmaxf(row_max_run[h], other_max[h]);
+            alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract_of(m));
+            row_max_run[h] = m;
+            row_sum_part[h] *= alpha[h];
           }
+          wgmma::scale_accumulator_rows(o_acc, alpha);
+          seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
+          pv_shared(a);
         }
       };
       int i = 0;
