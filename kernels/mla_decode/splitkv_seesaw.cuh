@@ -253,24 +253,46 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async_shared();
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
 
-    // Scale to base 2 and mask page j's scores in place; the row maxima over the quad.
+    // Scale to base 2 and mask page j's scores in place; the row maxima over the quad (the P·V-
+    // first and S-first orders).
     auto scale_and_mask = [&](float(&s_acc)[32], int j, float(&page_max)[2]) {
       const int key0 = (piece.page_begin + j) * kPageTokens + 2 * (lane & 3);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         page_max[h] = scale_mask_row_max<8>(s_acc, h, key0, row_last_key[h], args.scale_log2);
     };
+    // The pairs order leaves S unscaled (P = 2^(x · scale − m), one FFMA) and masks only pages
+    // where a row of the tile stops: up to the smallest last visible key of the tile's rows (its
+    // first row's; −1 when the tile has rows past the kv head's, which see nothing) none does.
+    const int tile_last_key = tile_row0 + kSeesawRows > args.shape.rows_per_kv_head
+                                  ? -1
+                                  : last_visible_key(args, tile_row0, piece.seqlen);
+    auto mask_and_max = [&](float(&s_acc)[32], int j, float(&page_max)[2]) {
+      const int page_key0 = (piece.page_begin + j) * kPageTokens;
+      const bool mask = page_key0 + kPageTokens - 1 > tile_last_key;
+      const int key0 = page_key0 + 2 * (lane & 3);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        page_max[h] =
+            mask_row_max_scaled<8>(s_acc, h, key0, row_last_key[h], mask, args.scale_log2);
+      }
+    };
     // P = 2^(x − subtract) as bf16 A fragments (p_frag[2k + h]: keys 8k + 2(lane % 4) + {0, 1}
-    // of row h; k16 step ks uses p_frag[4ks .. 4ks + 3]), and its row sums.
-    auto exponentiate = [&](const float(&s_acc)[32], const float(&subtract)[2],
+    // of row h; k16 step ks uses p_frag[4ks .. 4ks + 3]), and its row sums; kScale (the pairs
+    // order, S unscaled): P = 2^(x · scale − subtract), one FFMA.
+    auto exponentiate = [&](const float(&s_acc)[32], auto scale_flag, const float(&subtract)[2],
                             uint32_t(&p_frag)[16], float(&sum)[2]) {
+      constexpr bool kScale = decltype(scale_flag)::value;
+      auto exponent = [&](float x, float sub) {
+        return kScale ? fmaf(x, args.scale_log2, -sub) : x - sub;
+      };
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         sum[h] = 0.f;
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          const float p0 = ptx::fast_exp2(s_acc[4 * k + 2 * h] - subtract[h]);
-          const float p1 = ptx::fast_exp2(s_acc[4 * k + 2 * h + 1] - subtract[h]);
+          const float p0 = ptx::fast_exp2(exponent(s_acc[4 * k + 2 * h], subtract[h]));
+          const float p1 = ptx::fast_exp2(exponent(s_acc[4 * k + 2 * h + 1], subtract[h]));
           sum[h] += p0 + p1;
           p_frag[2 * k + h] = ptx::pack_bf16x2(p0, p1);
         }
@@ -376,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
           row_max_run[h] = new_max;
         }
-        exponentiate(s_acc, subtract, p_frag, sum);
+        exponentiate(s_acc, std::false_type(), subtract, p_frag, sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
         if constexpr (!kPvFirst) {  // this warpgroup's P·V of page t − 1 read P and that stage
@@ -538,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           trace(i, 3);
-          scale_and_mask(s_acc, own, page_max);
+          mask_and_max(s_acc, own, page_max);
           publish_page_max(page_max);
           trace(i, 4);
           if constexpr (kFull) {
@@ -554,14 +576,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
             row_max_run[h] = m;
           }
-          exponentiate(s_acc, subtract, p_frag, sum);
+          exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
           store_p(own, p_frag);
           wgmma::fence_proxy_async_shared();
           seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
           trace(i, 6);
 #pragma unroll
           for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-          wgmma::scale_accumulator_rows(o_acc, alpha);
+          // Most pairs leave every row's max where it was (α = 1): skip the 128 multiplies then.
+          if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+            wgmma::scale_accumulator_rows(o_acc, alpha);
           pv_registers(own, p_frag);
           trace(i, 7);
           if constexpr (kFull) {

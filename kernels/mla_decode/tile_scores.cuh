@@ -1,6 +1,7 @@
 // The 64-row split-KV bodies' score masking (the lockstep body, splitkv_wgmma.cuh, and the seesaw,
 // splitkv_seesaw.cuh): one row of an m64nN fp32 accumulator of S = Q·Kᵀ as a quad of threads holds
-// it, scaled to base 2 and masked past the row's last visible key.
+// it, scaled to base 2 and masked past the row's last visible key (the lockstep body), or masked
+// only and left unscaled, its maximum scaled (the seesaw: P = 2^(x · scale − m) is then one FFMA).
 #pragma once
 
 #include <cmath>
@@ -26,6 +27,32 @@ __device__ __forceinline__ float scale_mask_row_max(float (&s_acc)[4 * kSteps], 
   }
   row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
   return fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+}
+
+// The same row left unscaled: keys past `last_key` set to −∞ when `mask` (false for a page that
+// every row of the tile sees whole: a uniform branch), and the row's maximum over the quad returned
+// scaled to base 2 (scaling commutes with the maximum: scale_log2 > 0, and rounding is monotonic).
+template <int kSteps>
+__device__ __forceinline__ float mask_row_max_scaled(float (&s_acc)[4 * kSteps], int h, int key0,
+                                                     int last_key, bool mask, float scale_log2) {
+  float row_max = -INFINITY;
+  if (mask) {
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s_acc[4 * k + 2 * h + e];
+        if (key0 + 8 * k + e > last_key) x = -INFINITY;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) row_max = fmaxf(row_max, s_acc[4 * k + 2 * h + e]);
+  }
+  row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+  return fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2)) * scale_log2;
 }
 
 }  // namespace mla::kernels::decode
