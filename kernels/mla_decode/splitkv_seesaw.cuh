@@ -35,8 +35,9 @@
 // unused. Pages are copied and released by halves: half h (column blocks 4h..4h+3, read by
 // warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the page, and the
 // fourth issues half h of page j + 2 at once; the rope block rides with the half of the warpgroup
-// that does not own the page (it reads P there). A warpgroup's own half of a page is freed right
-// after its own P·V, so S_{j+2} starts on it while the other half loads.
+// that does not own the page (it reads P there). A warpgroup's own half of a page is freed once
+// its own P·V has completed (waited for after the other's P·V is issued: waiting before it
+// measured slower), so S_{j+2} starts on it while the other half loads.
 // Each warpgroup frees its half of the other's page before it waits for any page (the half each S
 // waits for last is the one the other warpgroup frees then), so no wait precedes a release.
 //
