@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Runs ON the lent H200: the decode kernels of this tree ("tree") against the revisions bundled by
+# scripts/gpu/bundle-ab.sh (.carry/ab/<name>/), measured the way docs/kernels/mla_decode.md
+# ("Ninth session") found trustworthy. The same row moves by up to 8 % between processes, and
+# the whole machine by a few per cent between calls, so nothing here compares times across calls:
+#   1. builds the tree for sm_90a (and each revision's `mla` alongside) and runs the whole GPU
+#      label on the tree;
+#   2. whole sweeps (`mla bench decode --kernel all`, ~5 s each), the builds alternating, judged
+#      by fast/baseline per row (baseline's code is the same in every build);
+#   3. single rows in alternating processes, fast/baseline from one interleaved run each;
+#   4. optionally the pairs order's trace of the tree on some rows;
+#   5. scripts/gpu/ab_summary.py: each build against the first revision, medians per row and
+#      geometric means per row class.
+# Output under $OUT (the machine returns at most 8 files): build.log, ptxas.txt, ab.log (all
+# that is printed), ab-summary.txt, and sweeps-<name>.json per build (a list of sweep objects).
+# Environment: MLA_AB_SWEEPS (sweeps per build, default 2), MLA_AB_REPS (repetitions of the
+# rows, default 3), MLA_AB_ROWS (b,s_q,h_q,s_k ..., default: seven compute- and memory-bound
+# rows), MLA_AB_TRACE (rows to trace, default none), MLA_AB_SKIP_TESTS=1 (not for a call whose
+# results decide anything: the rule is the whole GPU label on every call).
+# Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+out="${OUT:-/tmp/mla-out}"
+mkdir -p "$out"
+sweeps="${MLA_AB_SWEEPS:-2}"
+reps="${MLA_AB_REPS:-3}"
+rows="${MLA_AB_ROWS:-128,2,128,8192 32,2,128,4096 128,1,128,1024 128,1,128,8192 128,2,64,4096 128,1,64,8192 128,1,16,4096}"
+work=build-ab-work
+rm -rf "$work"
+mkdir -p "$work"
+
+main() {
+  local t0
+  t0=$(date +%s)
+  date -u
+  echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)"
+  configure() {
+    cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
+      -DMLA_DEPS_DIR="$PWD/.carry/deps" -DMLA_BUILD_PYTHON=OFF
+  }
+  if ! { configure . build-gpu && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+    echo "BUILD FAILED"
+    grep -E "error" "$out/build.log" | head -20
+    return 1
+  fi
+  grep -E "Compiling entry|registers|spill|C75[0-9][0-9]" "$out/build.log" >"$out/ptxas.txt"
+  echo "tree built ($(($(date +%s) - t0)) s)"
+
+  local builds=("tree:build-gpu/mla") dir name
+  for dir in .carry/ab/*/; do
+    [ -d "$dir" ] || continue
+    name=$(basename "$dir")
+    builds+=("$name:build-ab-$name/mla")
+    (
+      if { configure "$dir" "build-ab-$name" && cmake --build "build-ab-$name" -j 6 --target mla; } \
+        >"$work/build-$name.log" 2>&1; then
+        echo "$name ($(cat "$dir/AB_COMMIT")) built"
+      else
+        echo "$name BUILD FAILED"
+        grep -E "error" "$work/build-$name.log" | head -10
+      fi
+    ) &
+  done
+
+  if [ -z "${MLA_AB_SKIP_TESTS:-}" ]; then
+    local serial='CudaMemoryPlan|server\..*\.cuda|Timing'
+    (cd build-gpu && ctest -L gpu -j 4 -E "$serial" --output-on-failure --timeout 300) \
+      >"$work/ctest.log" 2>&1
+    (cd build-gpu && ctest -L gpu -R "$serial" --output-on-failure --timeout 300) \
+      >>"$work/ctest.log" 2>&1
+    grep -E "tests passed|tests failed|Failed|\*\*\*" "$work/ctest.log"
+  else
+    echo "MLA_AB_SKIP_TESTS: the GPU label was not run"
+  fi
+  wait
+  echo "builds and tests done ($(($(date +%s) - t0)) s)"
+
+  local s tb tag bin row rep text
+  for s in $(seq "$sweeps"); do
+    for tb in "${builds[@]}"; do
+      tag=${tb%%:*} bin=${tb#*:}
+      [ -x "$bin" ] || continue
+      "$bin" bench decode --kernel all --commit "$tag" --json "$work/sweep-$tag-$s.json" \
+        >/dev/null 2>&1 || echo "sweep $s of $tag failed"
+    done
+  done
+  for tb in "${builds[@]}"; do
+    tag=${tb%%:*}
+    python3 -c 'import json, sys; json.dump([json.load(open(p)) for p in sys.argv[2:]], open(sys.argv[1], "w"))' \
+      "$out/sweeps-$tag.json" "$work"/sweep-"$tag"-*.json 2>/dev/null
+  done
+  echo "sweeps done ($(($(date +%s) - t0)) s)"
+
+  # One line per row and process: "AB <build> <row> <rep> <fast µs> <baseline µs>". The bench's
+  # progress counter goes to stderr without a newline, so stderr is dropped.
+  for rep in $(seq "$reps"); do
+    for tb in "${builds[@]}"; do
+      tag=${tb%%:*} bin=${tb#*:}
+      [ -x "$bin" ] || continue
+      for row in $rows; do
+        text=$("$bin" bench decode --only "$row" --kernel all --runs 30 --flashmla-ref '' 2>/dev/null)
+        echo "AB $tag $row $rep $(kernel_us "$text" fast) $(kernel_us "$text" baseline)"
+      done
+    done
+  done
+  for row in ${MLA_AB_TRACE:-}; do
+    echo "== pair trace of the tree, $row"
+    build-gpu/mla bench decode --only "$row" --kernel fast --pair-trace --flashmla-ref '' \
+      2>/dev/null | tail -26
+  done
+  echo "end ($(($(date +%s) - t0)) s)"
+}
+
+# The µs column of kernel $2's row in the bench's text $1 (kernel b s_q h_q s_k µs ...).
+kernel_us() {
+  grep -oE "^$2 +[0-9]+ +[0-9]+ +[0-9]+ +[^ ]+ +[0-9.]+" <<<"$1" | awk '{print $6}' | head -1
+}
+
+main 2>&1 | tee "$out/ab.log"
+python3 scripts/gpu/ab_summary.py "$out/ab.log" "$out"/sweeps-*.json | tee "$out/ab-summary.txt"
