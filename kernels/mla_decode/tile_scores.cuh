@@ -8,6 +8,12 @@
 
 namespace mla::kernels::decode {
 
+// The maximum of a row's partial maxima over the quad of threads that holds the row.
+__device__ __forceinline__ float quad_row_max(float row_max) {
+  row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+  return fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+}
+
 // Row h (0 or 1) of this thread's accumulator fragment of kSteps n8 tiles: element (k, e) of the
 // row, s_acc[4k + 2h + e], holds key key0 + 8k + e (key0 already has the thread's 2 · (lane mod
 // 4)). Scales each score to base 2 (· scale_log2), sets keys past `last_key` to −∞, and returns the
@@ -25,8 +31,7 @@ __device__ __forceinline__ float scale_mask_row_max(float (&s_acc)[4 * kSteps], 
       row_max = fmaxf(row_max, x);
     }
   }
-  row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
-  return fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+  return quad_row_max(row_max);
 }
 
 // The same row left unscaled: keys past `last_key` set to −∞ when `mask` (false for a page that
@@ -51,8 +56,7 @@ __device__ __forceinline__ float mask_row_max_scaled(float (&s_acc)[4 * kSteps],
 #pragma unroll
     for (int e = 0; e < 2; ++e) row_max = fmaxf(row_max, s_acc[4 * k + 2 * h + e]);
   }
-  row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
-  return fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2)) * scale_log2;
+  return quad_row_max(row_max) * scale_log2;
 }
 
 }  // namespace mla::kernels::decode

@@ -19,6 +19,7 @@
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/gpu/common.sh
 mode="${1:-full}"
 out="${OUT:-/tmp/mla-out}"
 mkdir -p "$out"
@@ -38,12 +39,9 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 } >"$out/env.txt" 2>&1
 
 step "configure + build (sm_90a)"
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
 configure_and_build() {
   rm -f build-gpu/python/mla_decode/_C*.so  # rebuilt when the extension is on: never a stale one
-  cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
-    -DMLA_DEPS_DIR="$PWD/.carry/deps" "$@" && cmake --build build-gpu -j "$(nproc)"
+  mla_gpu_configure . build-gpu "$@" && cmake --build build-gpu -j "$(nproc)"
 }
 python_mode=AUTO
 [ -n "${MLA_SKIP_PYTHON:-}" ] && python_mode=OFF  # saves the extension's build and its suite
@@ -59,12 +57,10 @@ grep -E "mla.cpp: Python extension" "$out/build.log" | tail -1
 grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "mla_decode" | head -40
 
 step "GPU tests"
-# Four at a time, but one by one for those that size themselves by the free GPU memory (memory
-# plan, the servers) or time themselves.
-serial_tests='CudaMemoryPlan|server\..*\.cuda|Timing'
+# Four at a time, but one by one for those in MLA_GPU_SERIAL_TESTS (common.sh).
 gpu_ctest() { (cd build-gpu && ctest -L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-600}" "$@"); }
-gpu_ctest -j 4 -E "$serial_tests" >"$out/ctest-gpu.log" 2>&1 || status=1
-gpu_ctest -R "$serial_tests" -V >>"$out/ctest-gpu.log" 2>&1 || status=1
+gpu_ctest -j 4 -E "$MLA_GPU_SERIAL_TESTS" >"$out/ctest-gpu.log" 2>&1 || status=1
+gpu_ctest -R "$MLA_GPU_SERIAL_TESTS" -V >>"$out/ctest-gpu.log" 2>&1 || status=1
 # The measured figures the whole-model tests print (errors against HF, near-tie rows, batch
 # invariance, the tuned GEMMs), and the CUDA server's load test, into the log and the call's output.
 if [ -x build-gpu/tests/mla_gpu_model_tests ]; then

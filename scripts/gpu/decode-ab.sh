@@ -20,12 +20,13 @@
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
+source scripts/gpu/common.sh
 out="${OUT:-/tmp/mla-out}"
 mkdir -p "$out"
 sweeps="${MLA_AB_SWEEPS:-2}"
 reps="${MLA_AB_REPS:-3}"
 rows="${MLA_AB_ROWS:-128,2,128,8192 32,2,128,4096 128,1,128,1024 128,1,128,8192 128,2,64,4096 128,1,64,8192 128,1,16,4096}"
-work=build-ab-work
+work="build-ab-work"
 rm -rf "$work"
 mkdir -p "$work"
 
@@ -34,11 +35,7 @@ main() {
   t0=$(date +%s)
   date -u
   echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)"
-  configure() {
-    cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_PTXAS_VERBOSE=ON \
-      -DMLA_DEPS_DIR="$PWD/.carry/deps" -DMLA_BUILD_PYTHON=OFF
-  }
-  if ! { configure . build-gpu && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+  if ! { mla_gpu_configure . build-gpu -DMLA_BUILD_PYTHON=OFF && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
     echo "BUILD FAILED"
     grep -E "error" "$out/build.log" | head -20
     return 1
@@ -52,7 +49,7 @@ main() {
     name=$(basename "$dir")
     builds+=("$name:build-ab-$name/mla")
     (
-      if { configure "$dir" "build-ab-$name" && cmake --build "build-ab-$name" -j 6 --target mla; } \
+      if { mla_gpu_configure "$dir" "build-ab-$name" -DMLA_BUILD_PYTHON=OFF && cmake --build "build-ab-$name" -j 6 --target mla; } \
         >"$work/build-$name.log" 2>&1; then
         echo "$name ($(cat "$dir/AB_COMMIT")) built"
       else
@@ -63,10 +60,9 @@ main() {
   done
 
   if [ -z "${MLA_AB_SKIP_TESTS:-}" ]; then
-    local serial='CudaMemoryPlan|server\..*\.cuda|Timing'
-    (cd build-gpu && ctest -L gpu -j 4 -E "$serial" --output-on-failure --timeout 300) \
+    (cd build-gpu && ctest -L gpu -j 4 -E "$MLA_GPU_SERIAL_TESTS" --output-on-failure --timeout 300) \
       >"$work/ctest.log" 2>&1
-    (cd build-gpu && ctest -L gpu -R "$serial" --output-on-failure --timeout 300) \
+    (cd build-gpu && ctest -L gpu -R "$MLA_GPU_SERIAL_TESTS" --output-on-failure --timeout 300) \
       >>"$work/ctest.log" 2>&1
     grep -E "tests passed|tests failed|Failed|\*\*\*" "$work/ctest.log"
   else
