@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kPairs = kernels::kDecodePairTracePairs;
 constexpr int kEvents = kernels::kDecodePairTraceEvents;
-constexpr size_t kFlushBytes = size_t(256) << 20;  // as EventTimer's
 
 // One run: medians over pairs i ≥ 1 that have every event of both warpgroups and whose next pair
 // started (pair 0 starts the pipeline; the last recorded pair has no next start).
@@ -53,20 +52,16 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
                                           cudaStream_t stream) {
   MLA_CHECK_GE(runs, 1);
   cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
-  cuda::DeviceBuffer<char> flush(kFlushBytes);
+  L2Flush flush;
   std::vector<DecodePairTrace> per_run;
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.bytes(), stream));
-    MLA_CUDA_CHECK(cudaMemsetAsync(flush.data(), run & 0xff, flush.bytes(), stream));
+    flush.enqueue(stream, size_t(run));
     kernels::launch_mla_decode_with_pair_trace(params, trace.data(), stream);
     per_run.push_back(summarize_run(trace.to_host(stream)));
   }
   DecodePairTrace result = per_run.front();
-  auto median_of = [&](auto get) {
-    std::vector<double> values;
-    for (const DecodePairTrace& run : per_run) values.push_back(get(run));
-    return median(values);
-  };
+  auto median_of = [&](const auto& get) { return median_over(per_run, get); };
   result.pairs = static_cast<int>(median_of([](const DecodePairTrace& r) { return r.pairs; }));
   result.period_cycles = median_of([](const DecodePairTrace& r) { return r.period_cycles; });
   for (int group = 0; group < 2; ++group)

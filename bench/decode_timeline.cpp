@@ -23,8 +23,7 @@ constexpr const char* kPhaseNames[kSlots] = {"entry",
                                              "pages computed",
                                              "output stored",
                                              "exit"};
-constexpr int kQueriesSlot = 2;                    // a CTA that loaded queries had a piece of work
-constexpr size_t kFlushBytes = size_t(256) << 20;  // as EventTimer's
+constexpr int kQueriesSlot = 2;  // a CTA that loaded queries had a piece of work
 
 // One run's numbers (the DecodeTimeline of that run alone).
 DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start, uint64_t end,
@@ -61,11 +60,11 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   MLA_CHECK_GE(runs, 1);
   const int64_t words = kernels::mla_decode_timeline_words(params);
   cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words)), stamps(2);
-  cuda::DeviceBuffer<char> flush(kFlushBytes);
+  L2Flush flush;
   std::vector<DecodeTimeline> per_run;
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
-    MLA_CUDA_CHECK(cudaMemsetAsync(flush.data(), run & 0xff, flush.bytes(), stream));
+    flush.enqueue(stream, size_t(run));
     kernels::launch_timestamp(stamps.data(), stream);
     kernels::launch_mla_decode_with_timeline(params, timeline.data(), stream);
     kernels::launch_timestamp(stamps.data() + 1, stream);
@@ -75,11 +74,7 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   }
   // Median over runs, number by number.
   DecodeTimeline result = per_run.front();
-  auto median_of = [&](auto get) {
-    std::vector<double> values;
-    for (const DecodeTimeline& run : per_run) values.push_back(get(run));
-    return median(values);
-  };
+  auto median_of = [&](const auto& get) { return median_over(per_run, get); };
   result.op_end_us = median_of([](const DecodeTimeline& t) { return t.op_end_us; });
   for (int slot = 0; slot < kSlots; ++slot) {
     for (int k = 0; k < 3; ++k)

@@ -14,6 +14,10 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
+void L2Flush::enqueue(cudaStream_t stream, size_t run) {
+  MLA_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), int(run & 0xff), buffer_.bytes(), stream));
+}
+
 EventTimer::EventTimer(cudaStream_t stream, size_t flush_bytes)
     : stream_(stream), flush_(flush_bytes) {}
 
@@ -31,7 +35,7 @@ double EventTimer::median_us(const std::function<void()>& work, int runs, int wa
   }
   for (int i = 0; i < warmup; ++i) work();
   for (int i = 0; i < runs; ++i) {
-    if (flush_l2) MLA_CUDA_CHECK(cudaMemsetAsync(flush_.data(), i & 0xff, flush_.bytes(), stream_));
+    if (flush_l2) flush_.enqueue(stream_, size_t(i));
     MLA_CUDA_CHECK(cudaEventRecord(events_[2 * i], stream_));
     work();
     MLA_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1], stream_));
@@ -64,7 +68,7 @@ std::vector<double> EventTimer::median_us_interleaved(
     for (size_t j = 0; j < count; ++j, ++slot) {
       const size_t which = (size_t(round) + j) % count;
       slot_work[slot] = which;
-      MLA_CUDA_CHECK(cudaMemsetAsync(flush_.data(), int(slot & 0xff), flush_.bytes(), stream_));
+      flush_.enqueue(stream_, slot);
       MLA_CUDA_CHECK(cudaEventRecord(events_[2 * slot], stream_));
       works[which]();
       MLA_CUDA_CHECK(cudaEventRecord(events_[2 * slot + 1], stream_));

@@ -300,6 +300,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
+    // The running row max after a page (or pair) whose row maxima are `page_max`: what P's
+    // exponents subtract in the new frame, and O's and the row sums' rescale α = 2^(old − new).
+    auto advance_running_max = [&](const float(&page_max)[2], float(&subtract)[2],
+                                   float(&alpha)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float new_max = fmaxf(row_max_run[h], page_max[h]);
+        subtract[h] = subtract_of(new_max);
+        alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
+        row_max_run[h] = new_max;
+      }
+    };
     // O += P·V_j with P from registers, one group.
     auto pv_registers = [&](int j, const uint32_t(&p_frag)[16]) {
       wgmma::fence();
@@ -392,13 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float page_max[2], subtract[2], sum[2], alpha[2];
         uint32_t p_frag[16];
         scale_and_mask(s_acc, t, page_max);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float new_max = fmaxf(row_max_run[h], page_max[h]);
-          subtract[h] = subtract_of(new_max);
-          alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
-          row_max_run[h] = new_max;
-        }
+        advance_running_max(page_max, subtract, alpha);
         exponentiate(s_acc, std::false_type(), subtract, p_frag, sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
@@ -570,13 +576,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             other_max[0] = other_max[1] = -INFINITY;  // the piece's last page: a alone
           }
           trace(i, 5);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float m = fmaxf(row_max_run[h], fmaxf(page_max[h], other_max[h]));
-            subtract[h] = subtract_of(m);
-            alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
-            row_max_run[h] = m;
-          }
+          const float pair_max[2] = {fmaxf(page_max[0], other_max[0]),
+                                     fmaxf(page_max[1], other_max[1])};
+          advance_running_max(pair_max, subtract, alpha);
           exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
           store_p(own, p_frag);
           wgmma::fence_proxy_async_shared();
@@ -601,13 +603,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         } else {  // warpgroup 1 when page a is the piece's last: P_a·V only
           read_other_page_max(other_max);
+          advance_running_max(other_max, subtract, alpha);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float m = fmaxf(row_max_run[h], other_max[h]);
-            alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract_of(m));
-            row_max_run[h] = m;
-            row_sum_part[h] *= alpha[h];
-          }
+          for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
           wgmma::scale_accumulator_rows(o_acc, alpha);
           seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
           pv_shared(a);

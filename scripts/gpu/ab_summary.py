@@ -18,11 +18,16 @@ import statistics
 import sys
 
 
+def geomean(values):
+    """Geometric mean; nan for no values."""
+    if not values:
+        return float("nan")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def geomean_change(ratios):
     """Geometric mean of a list of ratios, as a per-cent change."""
-    if not ratios:
-        return float("nan")
-    return 100.0 * (math.exp(sum(math.log(r) for r in ratios) / len(ratios)) - 1.0)
+    return 100.0 * (geomean(ratios) - 1.0)
 
 
 def row_class(b, s_q, h_q):
@@ -106,9 +111,8 @@ def sweep_ratio(rows, key):
 
 
 def flashmla_geomean(rows, kernel):
-    values = [k[kernel]["speedup_vs_flashmla"] for k in rows.values()
-              if kernel in k and k[kernel].get("speedup_vs_flashmla")]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+    return geomean([k[kernel]["speedup_vs_flashmla"] for k in rows.values()
+                    if kernel in k and k[kernel].get("speedup_vs_flashmla")])
 
 
 def print_sweeps(paths, builds):

@@ -80,7 +80,8 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     fmt::print(
         "Diagnostic: every block-table entry is one of the first {} cache pages ({:.1f} MB); "
         "GB/s counts every page as if distinct\n",
-        options.page_pool, options.page_pool * 64.0 * 576 * 2 / 1e6);
+        options.page_pool,
+        options.page_pool * double(kernels::kPageSize) * kernels::kHeadDimQK * sizeof(bf16) / 1e6);
   }
   if (options.timeline)
     bench_options.timeline_sink = [](const std::string& text) { fmt::print("{}", text); };
