@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }
   ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
-  const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
+  const uint64_t l2_policy = page_l2_policy(args.page_l2);  // any warp may issue a page
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   __syncthreads();
 

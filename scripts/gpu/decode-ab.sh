@@ -17,6 +17,11 @@
 # rows, default 3), MLA_AB_ROWS (b,s_q,h_q,s_k ..., default: seven compute- and memory-bound
 # rows), MLA_AB_TRACE (rows to trace, default none), MLA_AB_SKIP_TESTS=1 (not for a call whose
 # results decide anything: the rule is the whole GPU label on every call).
+# MLA_AB_ENV="name:VAR=VALUE[,VAR=VALUE] ...": the tree's `mla` run under each environment as its
+# own build (e.g. "first:MLA_DECODE_PAGE_L2=0 normal:MLA_DECODE_PAGE_L2=1"; the first is then the
+# reference), instead of the plain tree. MLA_AB_NCU="b,s_q,h_q,s_k ...": per build and row,
+# Nsight Compute's DRAM bytes read, L2 hit rate and duration of fast's split-KV kernel (one launch
+# after the first; caches flushed before it, clocks as found).
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -43,11 +48,16 @@ main() {
   grep -E "Compiling entry|registers|spill|C75[0-9][0-9]" "$out/build.log" >"$out/ptxas.txt"
   echo "tree built ($(($(date +%s) - t0)) s)"
 
-  local builds=("tree:build-gpu/mla") dir name
+  # Each build is "tag:binary:environment" (VAR=VALUE pairs joined by commas, or nothing).
+  local builds=("tree:build-gpu/mla:") dir name variant
+  if [ -n "${MLA_AB_ENV:-}" ]; then
+    builds=()
+    for variant in $MLA_AB_ENV; do builds+=("${variant%%:*}:build-gpu/mla:${variant#*:}"); done
+  fi
   for dir in .carry/ab/*/; do
     [ -d "$dir" ] || continue
     name=$(basename "$dir")
-    builds+=("$name:build-ab-$name/mla")
+    builds+=("$name:build-ab-$name/mla:")
     (
       if { mla_gpu_configure "$dir" "build-ab-$name" -DMLA_BUILD_PYTHON=OFF && cmake --build "build-ab-$name" -j 6 --target mla; } \
         >"$work/build-$name.log" 2>&1; then
@@ -71,13 +81,20 @@ main() {
   wait
   echo "builds and tests done ($(($(date +%s) - t0)) s)"
 
-  local s tb tag bin row rep text
+  local s tb tag bin row rep text environment
+  # Sets tag, bin and environment (an array for env) from build $1.
+  parse_build() {
+    tag=${1%%:*}
+    local rest=${1#*:}
+    bin=${rest%%:*}
+    IFS=, read -r -a environment <<<"${rest#*:}"
+  }
   for s in $(seq "$sweeps"); do
     for tb in "${builds[@]}"; do
-      tag=${tb%%:*} bin=${tb#*:}
+      parse_build "$tb"
       [ -x "$bin" ] || continue
-      "$bin" bench decode --kernel all --commit "$tag" --json "$work/sweep-$tag-$s.json" \
-        >/dev/null 2>&1 || echo "sweep $s of $tag failed"
+      env "${environment[@]}" "$bin" bench decode --kernel all --commit "$tag" \
+        --json "$work/sweep-$tag-$s.json" >/dev/null 2>&1 || echo "sweep $s of $tag failed"
     done
   done
   for tb in "${builds[@]}"; do
@@ -91,14 +108,35 @@ main() {
   # progress counter goes to stderr without a newline, so stderr is dropped.
   for rep in $(seq "$reps"); do
     for tb in "${builds[@]}"; do
-      tag=${tb%%:*} bin=${tb#*:}
+      parse_build "$tb"
       [ -x "$bin" ] || continue
       for row in $rows; do
-        text=$("$bin" bench decode --only "$row" --kernel all --runs 30 --flashmla-ref '' 2>/dev/null)
+        text=$(env "${environment[@]}" "$bin" bench decode --only "$row" --kernel all --runs 30 \
+          --flashmla-ref '' 2>/dev/null)
         echo "AB $tag $row $rep $(kernel_us "$text" fast) $(kernel_us "$text" baseline)"
       done
     done
   done
+  if [ -n "${MLA_AB_NCU:-}" ] && command -v ncu >/dev/null; then
+    for tb in "${builds[@]}"; do
+      parse_build "$tb"
+      [ -x "$bin" ] || continue
+      for row in $MLA_AB_NCU; do
+        env "${environment[@]}" timeout -k 10 120 ncu --clock-control none \
+          -k regex:mla_decode_splitkv --launch-skip 1 --launch-count 1 \
+          --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
+          --csv --print-units base --log-file "$work/ncu.csv" \
+          "$bin" bench decode --only "$row" --kernel fast --runs 2 --flashmla-ref '' >/dev/null 2>&1
+        python3 - "$tag" "$row" "$work/ncu.csv" <<'PY'
+import csv, sys
+tag, row, path = sys.argv[1:4]
+lines = [line for line in open(path, encoding="utf-8") if line.startswith('"')]
+values = {r["Metric Name"]: r["Metric Value"] for r in csv.DictReader(lines)}
+print("NCU", tag, row, " ".join(f"{k}={v}" for k, v in sorted(values.items())) or "no result")
+PY
+      done
+    done
+  fi
   for row in ${MLA_AB_TRACE:-}; do
     echo "== pair trace of the tree, $row"
     build-gpu/mla bench decode --only "$row" --kernel fast --pair-trace --flashmla-ref '' \
