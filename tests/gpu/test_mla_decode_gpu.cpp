@@ -100,11 +100,12 @@ int num_sms() {
   return cuda::current_device_info().num_sms;
 }
 
+// sms: the plan's and grid's SM count (0: the device's).
 void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const KernelChoice& kernel,
-                             const std::string& label) {
+                             const std::string& label, int sms = 0) {
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   const Reference want = run_reference(problem);
-  bench::GpuDecodeProblem gpu(problem, num_sms());
+  bench::GpuDecodeProblem gpu(problem, sms > 0 ? sms : num_sms());
   const bench::DecodeOutputs got = run_decode(gpu, kernel);
   const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
   EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
@@ -193,6 +194,44 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
           spec, choice,
           fmt::format("{}: h_q {} s_q {} causal {} b {} seqlens [{}]", name_of(choice), c.heads,
                       c.seqlen_q, c.causal, c.seqlens.size(), fmt::join(c.seqlens, ",")));
+    }
+  }
+}
+
+TEST_P(MlaDecodeGpu, ManyShortPiecesPerCta) {
+  MLA_REQUIRE_SM90_GPU();
+  // A plan for 4 SMs gives each CTA a dozen or more pieces of 1 to 4 pages, one after another:
+  // the pairs order copies a piece's queries and first two pages while the previous piece ends
+  // (page parities flip where a piece has an odd page count; a piece of one page is followed by
+  // one whose first page that piece could not issue). Every seesaw order, and the lockstep body.
+  std::mt19937 rng(4242);
+  std::vector<KernelChoice> choices = {GetParam()};
+  if (GetParam().kernel == MlaDecodeKernel::kFast &&
+      GetParam().schedule == MlaDecodeSchedule::kAuto) {
+    choices = {GetParam(), GetParam(), GetParam()};
+    choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
+    choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
+    choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
+  }
+  struct Case {
+    int heads, seqlen_q;
+    bool causal;
+  };
+  for (const Case& c : {Case{128, 1, false}, Case{64, 2, true}, Case{32, 3, true}}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = c.heads;
+    spec.seqlen_q = c.seqlen_q;
+    spec.causal = c.causal;
+    spec.seqlens = ragged_seqlens(60, 4 * 64, rng);
+    spec.seqlens[3] = spec.seqlens[4] = 64;  // whole one-page pieces back to back
+    spec.seqlens[5] = 1;
+    spec.seed = rng();
+    for (const KernelChoice& choice : choices) {
+      check_against_reference(
+          spec, choice,
+          fmt::format("{}: 4 SMs, h_q {} s_q {} causal {} seqlens [{}]", name_of(choice), c.heads,
+                      c.seqlen_q, c.causal, fmt::join(spec.seqlens, ",")),
+          /*sms=*/4);
     }
   }
 }
