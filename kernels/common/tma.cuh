@@ -49,20 +49,6 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   return policy;
 }
 
-// An L2 policy with the normal eviction priority (data that other CTAs read again soon).
-__device__ __forceinline__ uint64_t evict_normal_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-// An L2 policy that evicts the copied lines last.
-__device__ __forceinline__ uint64_t evict_last_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
 // 4-D tiled copy global → shared, completing `bytes` on `barrier`; coordinates innermost first.
 __device__ __forceinline__ void load_4d(uint32_t dst_smem, const void* tensor_map, uint32_t barrier,
                                         int c0, int c1, int c2, int c3, uint64_t policy) {

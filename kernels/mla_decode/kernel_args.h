@@ -8,11 +8,6 @@
 
 namespace mla::kernels::decode {
 
-// The L2 priority of the page copies (the seesaw body, kFast): evict-first suits a page that one
-// CTA reads once; a page that the kv head's other row tiles read too (their CTAs run beside this
-// one, through the same pages) may need to stay in L2 until they have.
-enum class PageL2Priority : int { kEvictFirst, kEvictNormal, kEvictLast };
-
 struct DecodeKernelArgs {
   MlaDecodeParams params;
   DecodeLaunchShape shape;
@@ -34,8 +29,6 @@ struct DecodeKernelArgs {
   // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values; only the
   // seesaw's traced pairs instantiation records. Null otherwise.
   uint64_t* pair_trace = nullptr;
-  // The seesaw body's page copies (last, so that the other kernels' arguments do not move).
-  PageL2Priority page_l2 = PageL2Priority::kEvictFirst;
 };
 
 // Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may

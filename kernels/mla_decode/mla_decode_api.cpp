@@ -111,15 +111,6 @@ decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params,
              : DecodeCombineLaunch::kPerRowDependent;
 }
 
-// The L2 priority of kFast's seesaw page copies: evict-first (kBaseline's, always), unless the
-// environment's MLA_DECODE_PAGE_L2 asks for another (0 evict-first, 1 normal, 2 evict-last; read
-// once per process, for measuring).
-decode::PageL2Priority page_l2_priority(bool fast) {
-  static const int64_t from_environment = environment_count("MLA_DECODE_PAGE_L2", 2);
-  if (!fast || from_environment < 0) return decode::PageL2Priority::kEvictFirst;
-  return static_cast<decode::PageL2Priority>(from_environment);
-}
-
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
@@ -362,7 +353,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   args.combine_counters = reinterpret_cast<int*>(base + layout.combine_counters_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
-  args.page_l2 = page_l2_priority(fast);
   // kFast's fused combine: the split-KV kernel merges split sequences itself, no combine launch.
   // Its CTAs wait for each other, so all of them must be resident at once: at most one per SM.
   const int64_t grid_ctas = decode_grid_ctas(args.shape, params.num_heads_kv);

@@ -27,13 +27,6 @@ __device__ __forceinline__ int page_id_of(const DecodeKernelArgs& args, int seq,
   return p.block_table[seq * p.block_table_batch_stride + page];
 }
 
-// The L2 policy of the page copies that `priority` asks for.
-__device__ __forceinline__ uint64_t page_l2_policy(PageL2Priority priority) {
-  return priority == PageL2Priority::kEvictNormal ? tma::evict_normal_policy()
-         : priority == PageL2Priority::kEvictLast ? tma::evict_last_policy()
-                                                  : tma::evict_first_policy();
-}
-
 // One thread: the 64-column blocks of cache page `page_id` whose bits are set in `block_mask` (bit
 // b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on `barrier`.
 __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,

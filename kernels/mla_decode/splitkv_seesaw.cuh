@@ -170,45 +170,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }
   ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
-  const uint64_t l2_policy = page_l2_policy(args.page_l2);  // any warp may issue a page
+  const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   __syncthreads();
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
-  bool more = cursor.first(&piece);
-  // Pairs order: the part's next piece, known during this one, whose queries and first two pages
-  // are copied while this piece's last pages finish and its epilogue runs.
-  DecodePiece next_piece;
-  bool has_next = false;
-  if constexpr (kPairs) has_next = more && cursor.next(&next_piece);
   uint32_t pages_before = 0;  // CTA pages of earlier pieces: page j of this piece is + j
-  int previous_pages = 0;     // pages of the previous piece (0: this is the first)
-  while (more) {
+  for (bool more = cursor.first(&piece); more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
     const int num_pages = piece.page_end - piece.page_begin;
     const uint32_t base = pages_before;
-    const int next_pages = has_next ? next_piece.page_end - next_piece.page_begin : 0;
 
-    if (!kPairs || previous_pages == 0) {  // else the previous piece copied them
-      loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
-      ptx::cp_async_commit();  // the queries
-    }
+    loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
+    ptx::cp_async_commit();  // the queries
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
     if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
       if constexpr (kPairs) {
-        // The previous piece's last releases issued page 1, and page 0 if it had two pages or
-        // more (the release of CTA page c issues c + 2, within this piece or the next).
-        const bool issue[2] = {previous_pages < 2, previous_pages == 0};
         // The halves each warpgroup's S needs first (its own), then the others.
         const int page_ids[2] = {
-            issue[0] ? page_id_of(args, batch_index, piece.page_begin) : 0,
-            issue[1] && num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
+            page_id_of(args, batch_index, piece.page_begin),
+            num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
-          if (j < num_pages && issue[j])
+          if (j < num_pages)
             issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
                               page_ids[j], kv_head, seesaw_half_blocks(h, j & 1), l2_policy);
         }
@@ -454,22 +441,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma::wait_parity(half_barrier(j, h), ((base + j) >> 1) & 1);
       };
       // This warp is done with its warpgroup's half of page j (and, for the other's page, the
-      // rope block holding P): count it; the fourth warp issues the same blocks of CTA page
-      // base + j + 2: page j + 2 of this piece, or page j + 2 − num_pages of the next. A page of
-      // the next piece may so carry its rope block on its owner's half barrier (when num_pages
-      // is odd); its owner's S waits for both halves before the rope's k-steps, so that is safe.
+      // rope block holding P): count it; the fourth warp issues that half of page j + 2.
       auto release_half = [&](int j) {
         if (lane == 0) {
           const uint32_t cta_page = base + j;
           __threadfence_block();  // as in release(): this warp's reads before the count
           const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
-          const int next_page = j + 2 - num_pages;  // of the next piece, when >= 0
-          if (before % 4 == 3 && (next_page < 0 || next_page < next_pages)) {
+          if (before % 4 == 3 && j + 2 < num_pages) {
             __threadfence_block();
-            const int page_id =
-                next_page < 0 ? page_id_of(args, batch_index, piece.page_begin + j + 2)
-                              : page_id_of(args, next_piece.seq, next_piece.page_begin + next_page);
-            issue_page_blocks(args, stage_smem(j), half_barrier(j, group), page_id, kv_head,
+            issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
+                              page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
                               seesaw_half_blocks(group, j & 1), l2_policy);
           }
         }
@@ -635,16 +616,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (2 * i < num_pages) pair(i, kNo);
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
-      if (has_next) {
-        // Free the half this warpgroup still holds (the other's page of the last pair, or the
-        // lone last page): its fourth warp issues the next piece's page 0 or 1 into it. Every S
-        // of this piece is done (each warpgroup has read the other's last page max, published
-        // after its S), so the query tile is free: this warpgroup's rows of the next piece's
-        // queries are copied now, under the epilogue.
-        release_half(group == 1 && num_pages % 2 == 0 ? num_pages - 2 : num_pages - 1);
-        loader.copy_query_row(q_smem, args, next_piece.seq, kv_head, tile_row0);
-        ptx::cp_async_commit();
-      }
     } else {
       int t = group;
       if (t == 0) {  // warpgroup 0's first page: nothing before it
@@ -658,7 +629,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       release(num_pages - 1);  // every warpgroup's last P·V is of the piece's last page
     }
     pages_before += num_pages;
-    previous_pages = num_pages;
 
     // Epilogue: row sums over the quad and both warpgroups (both in the final max's frame), then
     // out/lse or the partials.
@@ -667,15 +637,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);
-    }
-    if constexpr (kPairs) {
-      more = has_next;
-      if (more) {
-        piece = next_piece;
-        has_next = cursor.next(&next_piece);
-      }
-    } else {
-      more = cursor.next(&piece);
     }
   }
   if constexpr (kFusedCombine) {

@@ -18,7 +18,7 @@
 # rows), MLA_AB_TRACE (rows to trace, default none), MLA_AB_SKIP_TESTS=1 (not for a call whose
 # results decide anything: the rule is the whole GPU label on every call).
 # MLA_AB_ENV="name:VAR=VALUE[,VAR=VALUE] ...": the tree's `mla` run under each environment as its
-# own build (e.g. "first:MLA_DECODE_PAGE_L2=0 normal:MLA_DECODE_PAGE_L2=1"; the first is then the
+# own build (e.g. "pairs:MLA_DECODE_SEESAW=4 lockstep:MLA_DECODE_SEESAW=0"; the first is then the
 # reference), instead of the plain tree. MLA_AB_NCU="b,s_q,h_q,s_k ...": per build and row,
 # Nsight Compute's DRAM bytes read, L2 hit rate and duration of fast's split-KV kernel (one launch
 # after the first; caches flushed before it, clocks as found).
