@@ -216,13 +216,10 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     for (const kernels::MlaDecodeParams& variant : variants)
       works.push_back([&variant, stream] { kernels::launch_mla_decode(variant, stream); });
     const std::vector<double> medians = timer.median_us_interleaved(works, options.runs);
-    // Only the 16-row body records a timeline.
-    if (options.timeline_sink &&
-        kernels::decode_launch_shape(config.seqlen_q, config.num_heads_q, 1, num_sms)
-                .rows_per_tile == 16) {
+    if (options.timeline_sink) {
       const int sm_clock_khz = cuda::current_device_info().sm_clock_khz;
       for (size_t k = 0; k < variants.size(); ++k) {
-        if (variants[k].kernel != kernels::MlaDecodeKernel::kFast) continue;
+        if (!kernels::decode_timeline_applies(variants[k])) continue;
         const DecodeTimeline timeline =
             capture_decode_timeline(variants[k], std::min(options.runs, 10), sm_clock_khz, stream);
         options.timeline_sink(format_decode_timeline(

@@ -60,8 +60,8 @@ struct DecodeBenchOptions {
   // small pool stays in L2), to measure the kernels without DRAM latency. Bytes and GB/s are
   // still counted as if every page were distinct.
   int page_pool = 0;
-  // Set: after each row's medians, every kFast variant that runs the 16-row body also gets a phase
-  // timeline (decode_timeline.h), handed over as text.
+  // Set: after each row's medians, every kFast variant that records a timeline
+  // (kernels::decode_timeline_applies()) also gets one (decode_timeline.h), handed over as text.
   std::function<void(const std::string&)> timeline_sink;
   // Set: after each row's medians, every kFast variant that runs the seesaw pairs order also gets
   // a per-pair trace (decode_pair_trace.h), handed over as text.

@@ -1,7 +1,8 @@
 // One decode launch's phase timeline: launch_mla_decode_with_timeline() between two timestamp
 // kernels, after the same L2 flush as the timed runs. When each CTA of the split-KV grid reached
 // each phase (%globaltimer, from the stamp before the op), and how long each phase took inside a
-// CTA (clock64 at the SM's maximum clock); medians over runs. Only the 16-row body records.
+// CTA (clock64 at the SM's maximum clock); medians over runs. The 16-row body and kFast's seesaw
+// (pairs or P·V first, launched combine) record: kernels::decode_timeline_applies().
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -24,7 +24,8 @@ struct DecodeKernelArgs {
   // 128-byte swizzle (one box = one 64-column block of a page).
   CUtensorMap kv_tensor_map = {};
   // Diagnostics (launch_mla_decode_with_timeline): per CTA, kTimelineSlots global-timer stamps
-  // (ns) then kTimelineSlots clock64 stamps; only the 16-row body records. Null otherwise.
+  // (ns) then kTimelineSlots clock64 stamps; the 16-row body and kFast's seesaw (pairs or P·V
+  // first, launched combine) record. Null otherwise.
   uint64_t* timeline = nullptr;
   // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values; only the
   // seesaw's traced pairs instantiation records. Null otherwise.
@@ -85,5 +86,8 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
                            cudaStream_t stream);
 // The pairs order's diagnostic instantiation recording args.pair_trace (launched combine).
 void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream);
+// The instantiations recording args.timeline: the pairs order, else P·V first (launched combine).
+void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
+                                    cudaStream_t stream);
 
 }  // namespace mla::kernels::decode

@@ -397,6 +397,11 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                                                         : decode::SeesawOrder::kPvFirst;
       if (pair_trace != nullptr) {
         decode::launch_splitkv_seesaw_pair_trace(args, stream);
+      } else if (timeline != nullptr) {
+        require(decode_timeline_applies(params),
+                "the timeline records kFast's 16-row body, or its seesaw's pairs or P·V-first "
+                "order with the launched combine; this launch runs neither");
+        decode::launch_splitkv_seesaw_timeline(args, order, stream);
       } else {
         decode::launch_splitkv_seesaw(args, fused_combine, order, stream);
       }
@@ -421,9 +426,23 @@ int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
          2 * kDecodeTimelineSlots;
 }
 
+bool decode_timeline_applies(const MlaDecodeParams& params) {
+  if (params.kernel != MlaDecodeKernel::kFast || params.num_heads_kv <= 0) return false;
+  if (decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms)
+          .rows_per_tile == 16)
+    return true;
+  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
+  return (schedule == MlaDecodeSchedule::kSeesawPairs ||
+          schedule == MlaDecodeSchedule::kSeesawPvFirst) &&
+         resolved_decode_combine(params) != MlaDecodeCombine::kFused;
+}
+
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
                                      cudaStream_t stream) {
   require(timeline != nullptr, "timeline is null (allocate mla_decode_timeline_words() uint64)");
+  require(decode_timeline_applies(params),
+          "the timeline records kFast's 16-row body, or its seesaw's pairs or P·V-first order "
+          "with the launched combine; this launch runs neither");
   launch_decode(params, timeline, nullptr, stream);
 }
 

@@ -126,18 +126,40 @@ __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, 
   issue_page(args, kv_smem0 + stage * kPageBytes, full0 + stage * 8, seq, page, kv_head, l2_policy);
 }
 
-// kTrace: the pairs order's diagnostic instantiation (launch_mla_decode_with_pair_trace).
-template <bool kFusedCombine, SeesawOrder kOrder, bool kTrace = false>
+// The diagnostic instantiations: kPairTrace, the pairs order's trace of CTA (0, 0)'s first pairs
+// (launch_mla_decode_with_pair_trace); kTimeline, every CTA's phases (launch_mla_decode_with_
+// timeline). Both store through predicated stores, with no branch, so the wgmma pipeline stays
+// the production one.
+enum class SeesawDiagnostic { kNone, kPairTrace, kTimeline };
+
+template <bool kFusedCombine, SeesawOrder kOrder,
+          SeesawDiagnostic kDiagnostic = SeesawDiagnostic::kNone>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_seesaw_kernel(const __grid_constant__ DecodeKernelArgs args) {
   constexpr bool kSFirst = kOrder == SeesawOrder::kSFirst;
   constexpr bool kPairs = kOrder == SeesawOrder::kPairs;
+  constexpr bool kTrace = kDiagnostic == SeesawDiagnostic::kPairTrace;
+  constexpr bool kTimeline = kDiagnostic == SeesawDiagnostic::kTimeline;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SeesawSharedStorage*>(smem_raw);
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
+  // kTimeline: thread 0 stamps the TimelineSlot phases (%globaltimer, then clock64) straight into
+  // this CTA's words of args.timeline (zeroed by the caller), when `when` holds. "First page
+  // landed" is the first page's own half in the pairs order (warpgroup 0's, before its first S).
+  uint64_t* const timeline_cta =
+      kTimeline ? args.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots
+                : nullptr;
+  auto stamp = [&](int slot, bool when) {
+    if constexpr (kTimeline) {
+      ptx::st_global_u64_if(tid == 0 && when, timeline_cta + slot, ptx::global_timer_ns());
+      ptx::st_global_u64_if(tid == 0 && when, timeline_cta + kTimelineSlots + slot,
+                            static_cast<uint64_t>(clock64()));
+    }
+  };
+  stamp(kTimelineEntry, true);
   // Warpgroup 0 or 1, through a shuffle so that ptxas knows it is warp-uniform: the wgmmas sit in
   // branches on it, and in branches it cannot prove uniform ptxas serializes them.
   const int group = __shfl_sync(0xffffffffu, tid / kSeesawGroupThreads, 0);
@@ -178,7 +200,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
   uint32_t pages_before = 0;  // CTA pages of earlier pieces: page j of this piece is + j
-  for (bool more = cursor.first(&piece); more; more = cursor.next(&piece)) {
+  bool more = cursor.first(&piece);
+  stamp(kTimelineFirstPiece, true);
+  for (; more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
     const int num_pages = piece.page_end - piece.page_begin;
     const uint32_t base = pages_before;
@@ -253,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cp_async_wait_all();
     wgmma::fence_proxy_async_shared();
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
+    stamp(kTimelineQueries, base == 0);
 
     // Scale to base 2 and mask page j's scores in place; the row maxima over the quad (the P·V-
     // first and S-first orders).
@@ -346,6 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // S of page t (own): wait for the page, zero its tail, issue 36 wgmmas, one group.
       auto issue_s = [&]() {
         wait_page(t);
+        stamp(kTimelineFirstPage, base == 0 && t == 0);
         const int tokens_valid = piece.seqlen - (piece.page_begin + t) * kPageTokens;
         if (tokens_valid < kPageTokens) {  // the sequence's last page: zero the rows past its end
           zero_page_tail(smem.kv[(base + t) & 1], tokens_valid, tid_in_group, kSeesawGroupThreads);
@@ -473,6 +499,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // zeroed first, which needs the whole page.
       auto issue_s = [&](float(&s_acc)[32], int j) {
         wait_half(j, group);
+        stamp(kTimelineFirstPage, base == 0 && j == 0);
         const int tokens_valid = piece.seqlen - (piece.page_begin + j) * kPageTokens;
         if (tokens_valid < kPageTokens) {
           wait_half(j, 1 - group);
@@ -616,6 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (2 * i < num_pages) pair(i, kNo);
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
+      stamp(kTimelinePagesDone, true);  // each piece; the last one's stays
     } else {
       int t = group;
       if (t == 0) {  // warpgroup 0's first page: nothing before it
@@ -627,6 +655,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
       release(num_pages - 1);  // every warpgroup's last P·V is of the piece's last page
+      stamp(kTimelinePagesDone, true);
     }
     pages_before += num_pages;
 
@@ -634,6 +663,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // out/lse or the partials.
     write_tile_rows<kSeesawRows>(args, piece, kv_head, tile_row0, group, lane, my_rows,
                                  row_sum_part, row_max_run, o_acc, smem.row_partial);
+    stamp(kTimelineStored, true);
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);
@@ -648,6 +678,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                       int((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float)));
     write_empty_sequences<kSeesawRows>(args, plan, kv_head, tile_row0);
   }
+  stamp(kTimelineExit, true);
 }
 
 template <bool kFusedCombine>
@@ -686,8 +717,19 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
 }
 
 void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream) {
-  launch_seesaw_kernel(&mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, true>, args,
-                       false, stream);
+  launch_seesaw_kernel(
+      &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, SeesawDiagnostic::kPairTrace>,
+      args, false, stream);
+}
+
+void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
+                                    cudaStream_t stream) {
+  constexpr auto kTimeline = SeesawDiagnostic::kTimeline;
+  launch_seesaw_kernel(
+      order == SeesawOrder::kPairs
+          ? &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, kTimeline>
+          : &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPvFirst, kTimeline>,
+      args, false, stream);
 }
 
 }  // namespace mla::kernels::decode

@@ -55,16 +55,22 @@ void PrintTo(const KernelChoice& choice, std::ostream* os) {
   *os << name_of(choice);
 }
 
+// The problem's decode params with the kernel, combine and schedule chosen.
+kernels::MlaDecodeParams params_of(const bench::GpuDecodeProblem& gpu, const KernelChoice& choice) {
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = choice.kernel;
+  params.combine = choice.combine;
+  params.schedule = choice.schedule;
+  return params;
+}
+
 // poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
 // timeline: launch_mla_decode_with_timeline() into it instead of launch_mla_decode().
 bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice,
                                 uint64_t* timeline = nullptr, uint64_t* pair_trace = nullptr) {
   gpu.poison_outputs(nullptr);
   kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
-  kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = choice.kernel;
-  params.combine = choice.combine;
-  params.schedule = choice.schedule;
+  const kernels::MlaDecodeParams params = params_of(gpu, choice);
   if (timeline != nullptr)
     kernels::launch_mla_decode_with_timeline(params, timeline, nullptr);
   else if (pair_trace != nullptr)
@@ -540,56 +546,85 @@ TEST(MlaDecodeGpuFused, RefusesAGridLargerThanTheDevice) {
   expect_within_tolerance(testing::compare_decode(got.out, want.out, got.lse, want.lse));
 }
 
-// The timeline instantiation (diagnostics) computes the same output as the production kernel and
-// stamps every phase in order: per CTA with work, entry ≤ first piece ≤ queries ≤ first page ≤
+// The timeline instantiations (diagnostics) compute the same output as the production kernel and
+// stamp every phase in order: per CTA with work, entry ≤ first piece ≤ queries ≤ first page ≤
 // pages computed ≤ stored ≤ exit on both clocks; a CTA without work stamps entry, first piece and
 // exit. Before each checked run, a run in which every CTA has work leaves its stamps in every
-// SM's shared memory, so a CTA without work that did not clear them would report stale phases.
-TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {
+// SM's shared memory (the 16-row body keeps them there), so a CTA without work that did not clear
+// them would report stale phases. `heads` 16: the 16-row body; more: the seesaw.
+void check_timeline(int heads, const KernelChoice& choice, const std::string& label) {
   ref::PagedDecodeProblemSpec spec;
-  spec.num_heads_q = 16;
+  spec.num_heads_q = heads;
   spec.seqlens = {3000, 0, 70, 1};  // split, empty, two pages, one key
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   bench::GpuDecodeProblem gpu(problem, num_sms());
   ref::PagedDecodeProblemSpec busy_spec = spec;
   busy_spec.seqlens = {8192, 8192, 8192, 8192};  // 512 pages: work for every CTA
   bench::GpuDecodeProblem busy(ref::make_paged_decode_problem(busy_spec), num_sms());
-  for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kFused}) {
-    const bench::DecodeOutputs want = run_decode(gpu, {MlaDecodeKernel::kFast, combine});
-    const int64_t words = kernels::mla_decode_timeline_words(gpu.decode_params());
-    cuda::DeviceBuffer<uint64_t> busy_timeline(
-        static_cast<size_t>(kernels::mla_decode_timeline_words(busy.decode_params())));
-    run_decode(busy, {MlaDecodeKernel::kFast, combine}, busy_timeline.data());
-    cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
-    MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
-    const bench::DecodeOutputs got =
-        run_decode(gpu, {MlaDecodeKernel::kFast, combine}, timeline.data());
-    const std::string label = kernels::to_string(combine);
-    EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
-        << label << ": the timeline instantiation's output differs";
-    EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)))
-        << label;
-    const std::vector<uint64_t> stamps = timeline.to_host();
-    constexpr int kSlots = kernels::kDecodeTimelineSlots;
-    int with_work = 0;
-    for (int64_t cta = 0; cta < words / (2 * kSlots); ++cta) {
-      for (int clock = 0; clock < 2; ++clock) {
-        const uint64_t* t = stamps.data() + (cta * 2 + clock) * kSlots;
-        ASSERT_NE(t[0], 0u) << label << ": CTA " << cta << " never stamped its entry";
-        ASSERT_NE(t[kSlots - 1], 0u) << label << ": CTA " << cta << " never stamped its exit";
-        const bool has_work = t[2] != 0;
-        if (clock == 0 && has_work) ++with_work;
-        uint64_t previous = 0;
-        for (int slot = 0; slot < kSlots; ++slot) {
-          const bool expected = has_work || slot == 0 || slot == 1 || slot == kSlots - 1;
-          EXPECT_EQ(t[slot] != 0, expected) << label << ": CTA " << cta << ", slot " << slot;
-          if (t[slot] == 0) continue;
-          EXPECT_GE(t[slot], previous) << label << ": CTA " << cta << ", slot " << slot;
-          previous = t[slot];
-        }
+  ASSERT_TRUE(kernels::decode_timeline_applies(params_of(gpu, choice))) << label;
+  const bench::DecodeOutputs want = run_decode(gpu, choice);
+  const int64_t words = kernels::mla_decode_timeline_words(gpu.decode_params());
+  cuda::DeviceBuffer<uint64_t> busy_timeline(
+      static_cast<size_t>(kernels::mla_decode_timeline_words(busy.decode_params())));
+  run_decode(busy, choice, busy_timeline.data());
+  cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
+  MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
+  const bench::DecodeOutputs got = run_decode(gpu, choice, timeline.data());
+  EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
+      << label << ": the timeline instantiation's output differs";
+  EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)))
+      << label;
+  const std::vector<uint64_t> stamps = timeline.to_host();
+  constexpr int kSlots = kernels::kDecodeTimelineSlots;
+  int with_work = 0;
+  for (int64_t cta = 0; cta < words / (2 * kSlots); ++cta) {
+    for (int clock = 0; clock < 2; ++clock) {
+      const uint64_t* t = stamps.data() + (cta * 2 + clock) * kSlots;
+      ASSERT_NE(t[0], 0u) << label << ": CTA " << cta << " never stamped its entry";
+      ASSERT_NE(t[kSlots - 1], 0u) << label << ": CTA " << cta << " never stamped its exit";
+      const bool has_work = t[2] != 0;
+      if (clock == 0 && has_work) ++with_work;
+      uint64_t previous = 0;
+      for (int slot = 0; slot < kSlots; ++slot) {
+        const bool expected = has_work || slot == 0 || slot == 1 || slot == kSlots - 1;
+        EXPECT_EQ(t[slot] != 0, expected) << label << ": CTA " << cta << ", slot " << slot;
+        if (t[slot] == 0) continue;
+        EXPECT_GE(t[slot], previous) << label << ": CTA " << cta << ", slot " << slot;
+        previous = t[slot];
       }
     }
-    EXPECT_GT(with_work, 1) << label << ": the 3000-token sequence splits over several CTAs";
+  }
+  EXPECT_GT(with_work, 1) << label << ": the 3000-token sequence splits over several CTAs";
+}
+
+TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {
+  MLA_REQUIRE_SM90_GPU();
+  for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kFused})
+    check_timeline(16, {MlaDecodeKernel::kFast, combine}, kernels::to_string(combine));
+  for (MlaDecodeSchedule order :
+       {MlaDecodeSchedule::kSeesawPairs, MlaDecodeSchedule::kSeesawPvFirst}) {
+    check_timeline(128, {MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched, order},
+                   kernels::to_string(order));
+  }
+}
+
+// A launch the timeline does not record is refused with a message, not run unrecorded.
+TEST(MlaDecodeGpuTimeline, RefusedWhereNoBodyRecords) {
+  MLA_REQUIRE_SM90_GPU();
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 128;
+  spec.seqlens = {300};
+  bench::GpuDecodeProblem gpu(ref::make_paged_decode_problem(spec), num_sms());
+  cuda::DeviceBuffer<uint64_t> timeline(
+      static_cast<size_t>(kernels::mla_decode_timeline_words(gpu.decode_params())));
+  for (const KernelChoice& choice :
+       {KernelChoice{MlaDecodeKernel::kBaseline, MlaDecodeCombine::kAuto},
+        KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused,
+                     MlaDecodeSchedule::kSeesawPairs},
+        KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched,
+                     MlaDecodeSchedule::kSeesawSFirst}}) {
+    EXPECT_FALSE(kernels::decode_timeline_applies(params_of(gpu, choice))) << name_of(choice);
+    EXPECT_THROW(run_decode(gpu, choice, timeline.data()), mla::Error) << name_of(choice);
   }
 }
 

@@ -214,8 +214,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--only", options->only,
                      "One configuration b,s_q,h_q,s_k instead of the sweep");
   decode->add_flag("--timeline", options->timeline,
-                   "Also print each fast row's phase timeline (16-row body: when its CTAs reach "
-                   "each phase, and how long the phases take)");
+                   "Also print each fast row's phase timeline (the 16-row body, or the seesaw's "
+                   "pairs or P·V-first order: when its CTAs reach each phase, and how long the "
+                   "phases take)");
   decode->add_flag("--pair-trace", options->pair_trace,
                    "Also print each fast row's per-pair trace where it runs the seesaw pairs order "
                    "(when each warpgroup reaches each step of a pair, CTA (0, 0))");
