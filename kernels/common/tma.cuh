@@ -49,6 +49,27 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   return policy;
 }
 
+// Bulk copy shared → global (the TMA engine, no tensor map): `bytes` (a multiple of 16) from
+// `src_smem` to `dst_global`, both 16-byte aligned, in this thread's current bulk group.
+__device__ __forceinline__ void bulk_store(void* dst_global, uint32_t src_smem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst_global)),
+               "r"(src_smem), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until this thread's bulk groups have read their shared-memory sources (which may then be
+// written again).
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Until this thread's bulk groups have completed (their writes performed).
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 // 4-D tiled copy global → shared, completing `bytes` on `barrier`; coordinates innermost first.
 __device__ __forceinline__ void load_4d(uint32_t dst_smem, const void* tensor_map, uint32_t barrier,
                                         int c0, int c1, int c2, int c3, uint64_t policy) {

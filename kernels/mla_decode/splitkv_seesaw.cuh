@@ -140,6 +140,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kPairs = kOrder == SeesawOrder::kPairs;
   constexpr bool kTrace = kDiagnostic == SeesawDiagnostic::kPairTrace;
   constexpr bool kTimeline = kDiagnostic == SeesawDiagnostic::kTimeline;
+  // The pairs order with the launched combine stages its epilogue in the query tile and the first
+  // page stage and copies the rows out with the TMA engine (write_tile_rows_staged).
+  constexpr bool kStagedEpilogue = kPairs && !kFusedCombine;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SeesawSharedStorage*>(smem_raw);
 
@@ -207,6 +210,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int num_pages = piece.page_end - piece.page_begin;
     const uint32_t base = pages_before;
 
+    if constexpr (kStagedEpilogue) {  // the previous piece's row copies have read the staging
+      if (base > 0) {
+        if (tid < kSeesawRows) tma::bulk_wait_read_all();
+        __syncthreads();
+      }
+    }
     loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
     ptx::cp_async_commit();  // the queries
     // Pairs order: the barrier of half h of page j.
@@ -661,8 +670,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // Epilogue: row sums over the quad and both warpgroups (both in the final max's frame), then
     // out/lse or the partials.
-    write_tile_rows<kSeesawRows>(args, piece, kv_head, tile_row0, group, lane, my_rows,
-                                 row_sum_part, row_max_run, o_acc, smem.row_partial);
+    if constexpr (kStagedEpilogue) {
+      // Every wgmma and page copy of the piece is done: the query tile and the stages are free.
+      static_assert(kSeesawRows * kStagedPartialRowBytes <= sizeof(smem.q) + sizeof(smem.kv));
+      write_tile_rows_staged<kSeesawRows>(args, piece, kv_head, tile_row0, group, lane, my_rows,
+                                          row_sum_part, row_max_run, o_acc, smem.row_partial,
+                                          smem.q);
+    } else {
+      write_tile_rows<kSeesawRows>(args, piece, kv_head, tile_row0, group, lane, my_rows,
+                                   row_sum_part, row_max_run, o_acc, smem.row_partial);
+    }
     stamp(kTimelineStored, true);
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
@@ -677,6 +694,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                       reinterpret_cast<float*>(smem.q),
                                       int((sizeof(smem.q) + sizeof(smem.kv)) / sizeof(float)));
     write_empty_sequences<kSeesawRows>(args, plan, kv_head, tile_row0);
+  }
+  if constexpr (kStagedEpilogue) {
+    if (tid < kSeesawRows) tma::bulk_wait_all();  // the last piece's rows, before the CTA ends
   }
   stamp(kTimelineExit, true);
 }
