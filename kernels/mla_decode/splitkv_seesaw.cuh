@@ -220,12 +220,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cp_async_commit();  // the queries
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
-    if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
+    // Every stage is free: the previous piece's wgmmas have completed. The pairs order's first
+    // piece waits for its queries first: at the kernel's start every CTA asks for its queries and
+    // pages at once, and the queries (all an S needs first) would queue behind the pages.
+    // (Thread 0 reads the two pages' block-table entries at once, before any wait.)
+    int page_ids[2] = {0, 0};
+    if (kPairs && tid == 0) {
+      page_ids[0] = page_id_of(args, batch_index, piece.page_begin);
+      if (num_pages > 1) page_ids[1] = page_id_of(args, batch_index, piece.page_begin + 1);
+    }
+    auto issue_first_pages = [&]() {
+      if (tid != 0) return;
       if constexpr (kPairs) {
         // The halves each warpgroup's S needs first (its own), then the others.
-        const int page_ids[2] = {
-            page_id_of(args, batch_index, piece.page_begin),
-            num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
           if (j < num_pages)
@@ -239,7 +246,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           seesaw_issue_page(args, kv_smem0, full0, base + 1, batch_index, piece.page_begin + 1,
                             kv_head, l2_policy);
       }
-    }
+    };
+    const bool pages_after_queries = kPairs && base == 0;
+    if (!pages_after_queries) issue_first_pages();
 
     // This warp is done with page j (its wgmmas reading it have completed): count it, and the
     // eighth warp issues page j + 2 into the stage.
@@ -287,6 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async_shared();
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
     stamp(kTimelineQueries, base == 0);
+    if (pages_after_queries) issue_first_pages();
 
     // Scale to base 2 and mask page j's scores in place; the row maxima over the quad (the P·V-
     // first and S-first orders).
