@@ -140,9 +140,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kPairs = kOrder == SeesawOrder::kPairs;
   constexpr bool kTrace = kDiagnostic == SeesawDiagnostic::kPairTrace;
   constexpr bool kTimeline = kDiagnostic == SeesawDiagnostic::kTimeline;
-  // The pairs order with the launched combine stages its epilogue in the query tile and the first
-  // page stage and copies the rows out with the TMA engine (write_tile_rows_staged).
-  constexpr bool kStagedEpilogue = kPairs && !kFusedCombine;
+  // With the launched combine the epilogue is staged in the query tile and the first page stage
+  // and the rows leave by the TMA engine (write_tile_rows_staged).
+  constexpr bool kStagedEpilogue = !kFusedCombine;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SeesawSharedStorage*>(smem_raw);
 
@@ -152,13 +152,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // kTimeline: thread 0 stamps the TimelineSlot phases (%globaltimer, then clock64) straight into
   // this CTA's words of args.timeline (zeroed by the caller), when `when` holds. "First page
   // landed" is the first page's own half in the pairs order (warpgroup 0's, before its first S).
-  uint64_t* const timeline_cta =
-      kTimeline ? args.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots
-                : nullptr;
   auto stamp = [&](int slot, bool when) {
     if constexpr (kTimeline) {
-      ptx::st_global_u64_if(tid == 0 && when, timeline_cta + slot, ptx::global_timer_ns());
-      ptx::st_global_u64_if(tid == 0 && when, timeline_cta + kTimelineSlots + slot,
+      // (The address from the parameters at each stamp: no register held across the loops.)
+      uint64_t* const cta =
+          args.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots;
+      ptx::st_global_u64_if(tid == 0 && when, cta + slot, ptx::global_timer_ns());
+      ptx::st_global_u64_if(tid == 0 && when, cta + kTimelineSlots + slot,
                             static_cast<uint64_t>(clock64()));
     }
   };
