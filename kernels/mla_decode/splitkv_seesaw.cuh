@@ -140,9 +140,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kPairs = kOrder == SeesawOrder::kPairs;
   constexpr bool kTrace = kDiagnostic == SeesawDiagnostic::kPairTrace;
   constexpr bool kTimeline = kDiagnostic == SeesawDiagnostic::kTimeline;
-  // With the launched combine the epilogue is staged in the query tile and the first page stage
-  // and the rows leave by the TMA engine (write_tile_rows_staged).
-  constexpr bool kStagedEpilogue = !kFusedCombine;
+  // The pairs order with the launched combine stages its epilogue in the query tile and the first
+  // page stage and copies the rows out with the TMA engine (write_tile_rows_staged).
+  constexpr bool kStagedEpilogue = kPairs && !kFusedCombine;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SeesawSharedStorage*>(smem_raw);
 
@@ -152,13 +152,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // kTimeline: thread 0 stamps the TimelineSlot phases (%globaltimer, then clock64) straight into
   // this CTA's words of args.timeline (zeroed by the caller), when `when` holds. "First page
   // landed" is the first page's own half in the pairs order (warpgroup 0's, before its first S).
+  uint64_t* const timeline_cta =
+      kTimeline ? args.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots
+                : nullptr;
   auto stamp = [&](int slot, bool when) {
     if constexpr (kTimeline) {
-      // (The address from the parameters at each stamp: no register held across the loops.)
-      uint64_t* const cta =
-          args.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots;
-      ptx::st_global_u64_if(tid == 0 && when, cta + slot, ptx::global_timer_ns());
-      ptx::st_global_u64_if(tid == 0 && when, cta + kTimelineSlots + slot,
+      ptx::st_global_u64_if(tid == 0 && when, timeline_cta + slot, ptx::global_timer_ns());
+      ptx::st_global_u64_if(tid == 0 && when, timeline_cta + kTimelineSlots + slot,
                             static_cast<uint64_t>(clock64()));
     }
   };
@@ -220,19 +220,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cp_async_commit();  // the queries
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
-    // Every stage is free: the previous piece's wgmmas have completed. The pairs order's first
-    // piece waits for its queries first: at the kernel's start every CTA asks for its queries and
-    // pages at once, and the queries (all an S needs first) would queue behind the pages.
-    // (Thread 0 reads the two pages' block-table entries at once, before any wait.)
-    int page_ids[2] = {0, 0};
-    if (kPairs && tid == 0) {
-      page_ids[0] = page_id_of(args, batch_index, piece.page_begin);
-      if (num_pages > 1) page_ids[1] = page_id_of(args, batch_index, piece.page_begin + 1);
-    }
-    auto issue_first_pages = [&]() {
-      if (tid != 0) return;
+    if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
       if constexpr (kPairs) {
         // The halves each warpgroup's S needs first (its own), then the others.
+        const int page_ids[2] = {
+            page_id_of(args, batch_index, piece.page_begin),
+            num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
           if (j < num_pages)
@@ -246,9 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           seesaw_issue_page(args, kv_smem0, full0, base + 1, batch_index, piece.page_begin + 1,
                             kv_head, l2_policy);
       }
-    };
-    const bool pages_after_queries = kPairs && base == 0;
-    if (!pages_after_queries) issue_first_pages();
+    }
 
     // This warp is done with page j (its wgmmas reading it have completed): count it, and the
     // eighth warp issues page j + 2 into the stage.
@@ -296,7 +287,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async_shared();
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
     stamp(kTimelineQueries, base == 0);
-    if (pages_after_queries) issue_first_pages();
 
     // Scale to base 2 and mask page j's scores in place; the row maxima over the quad (the P·V-
     // first and S-first orders).
