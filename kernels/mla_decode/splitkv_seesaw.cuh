@@ -90,6 +90,7 @@ struct SeesawSharedStorage {
   int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
   uint64_t half_full[kStages][2];              // pairs: TMA completion of each half
+  uint64_t query_full;                         // the query tile's TMA copy (args.query_by_tma)
   PendingMerges pending;                       // the fused combine's split pieces
 };
 static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
@@ -178,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t p_smem = ptx::smem_address(smem.p);
   const uint32_t full0 = ptx::smem_address(&smem.page_full[0]);
   const uint32_t half_full0 = ptx::smem_address(&smem.half_full[0][0]);
+  const uint32_t query_full = ptx::smem_address(&smem.query_full);
   if (tid == 0) {
     if (((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
     for (int stage = 0; stage < kStages; ++stage) {
@@ -188,10 +190,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         smem.released_half[stage][half] = 0;
       }
     }
+    tma::barrier_init(query_full, 1);
     tma::fence_barrier_init();
   }
   if (tid == 0) {
     tma::prefetch_tensor_map(&args.kv_tensor_map);
+    if (args.query_by_tma) tma::prefetch_tensor_map(&args.q_tensor_map);
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }
   ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
@@ -202,7 +206,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
-  uint32_t pages_before = 0;  // CTA pages of earlier pieces: page j of this piece is + j
+  uint32_t pages_before = 0;   // CTA pages of earlier pieces: page j of this piece is + j
+  uint32_t pieces_before = 0;  // earlier pieces (the query tile's TMA phase)
   bool more = cursor.first(&piece);
   stamp(kTimelineFirstPiece, true);
   for (; more; more = cursor.next(&piece)) {
@@ -216,8 +221,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
       }
     }
-    loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
-    ptx::cp_async_commit();  // the queries
+    // The queries: by TMA (thread 0, the nine 64-column blocks of the tile, completing on
+    // query_full once per piece), or 18 cp.async per thread.
+    const bool query_by_tma = args.query_by_tma;
+    if (query_by_tma) {
+      if (tid == 0) {
+        const int hpk = args.heads_per_kv;
+        tma::arrive_expect_bytes(query_full, kPageBytes);
+#pragma unroll 1
+        for (int block = 0; block < kChunksQK / 8; ++block) {
+          tma::load_5d(q_smem + block * kColumnBlockBytes, &args.q_tensor_map, query_full,
+                       block * 64, tile_row0 % hpk, kv_head, tile_row0 / hpk, batch_index,
+                       l2_policy);
+        }
+      }
+    } else {
+      loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);
+      ptx::cp_async_commit();
+    }
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
     if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
@@ -283,8 +304,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
 
-    ptx::cp_async_wait_all();
-    wgmma::fence_proxy_async_shared();
+    if (query_by_tma) {
+      tma::wait_parity(query_full, pieces_before & 1);
+    } else {
+      ptx::cp_async_wait_all();
+      wgmma::fence_proxy_async_shared();
+    }
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
     stamp(kTimelineQueries, base == 0);
 
@@ -667,6 +692,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       stamp(kTimelinePagesDone, true);
     }
     pages_before += num_pages;
+    ++pieces_before;
 
     // Epilogue: row sums over the quad and both warpgroups (both in the final max's frame), then
     // out/lse or the partials.

@@ -482,45 +482,50 @@ TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
 
 TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   MLA_REQUIRE_SM90_GPU();
-  // The same problem through padded q rows and a padded output: strides are honoured.
-  ref::PagedDecodeProblemSpec spec;
-  spec.num_heads_q = 16;
-  spec.seqlen_q = 2;
-  spec.seqlens = {700, 129};
-  spec.seed = 21;
-  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
-  const Reference want = run_reference(problem);
-  bench::GpuDecodeProblem gpu(problem, num_sms());
-  kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = GetParam().kernel;
-  params.combine = GetParam().combine;
-  params.schedule = GetParam().schedule;
-  constexpr int kPadQ = 64, kPadOut = 128;
-  const int rows = problem.batch * spec.seqlen_q * spec.num_heads_q;
-  std::vector<bf16> q_padded(size_t(rows) * (576 + kPadQ), float_to_bf16(NAN));
-  for (int r = 0; r < rows; ++r)
-    std::memcpy(&q_padded[size_t(r) * (576 + kPadQ)], &problem.q[size_t(r) * 576],
-                576 * sizeof(bf16));
-  cuda::DeviceBuffer<bf16> q(q_padded.size()), out(size_t(rows) * (512 + kPadOut));
-  q.copy_from_host(q_padded);
-  MLA_CUDA_CHECK(cudaMemset(out.data(), 0xff, out.bytes()));
-  params.q = q.data();
-  params.q_head_stride = 576 + kPadQ;
-  params.q_seq_stride = params.q_head_stride * spec.num_heads_q;
-  params.q_batch_stride = params.q_seq_stride * spec.seqlen_q;
-  params.out = out.data();
-  params.out_head_stride = 512 + kPadOut;
-  params.out_seq_stride = params.out_head_stride * spec.num_heads_q;
-  params.out_batch_stride = params.out_seq_stride * spec.seqlen_q;
-  kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
-  kernels::launch_mla_decode(params, nullptr);
-  const std::vector<bf16> out_padded = out.to_host();
-  std::vector<float> got(size_t(rows) * 512);
-  for (int r = 0; r < rows; ++r)
-    for (int d = 0; d < 512; ++d)
-      got[size_t(r) * 512 + d] = bf16_to_float(out_padded[size_t(r) * (512 + kPadOut) + d]);
-  const bench::DecodeOutputs lse_only = gpu.fetch(nullptr);
-  expect_within_tolerance(testing::compare_decode(got, want.out, lse_only.lse, want.lse));
+  // The same problem through padded q rows (NaN in the padding) and a padded output: strides are
+  // honoured, by the query tiles' TMA map too (h_q 16 · s_q 2: 4 positions per box, two of them
+  // past s_q; 128 · 1: 64 heads; 32 · 3: two tiles, the second half past s_q).
+  struct Case {
+    int heads, seqlen_q;
+  };
+  for (const Case& c : {Case{16, 2}, Case{128, 1}, Case{32, 3}}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = c.heads;
+    spec.seqlen_q = c.seqlen_q;
+    spec.seqlens = {700, 129};
+    spec.seed = 21;
+    const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    const Reference want = run_reference(problem);
+    bench::GpuDecodeProblem gpu(problem, num_sms());
+    kernels::MlaDecodeParams params = params_of(gpu, GetParam());
+    constexpr int kPadQ = 64, kPadOut = 128;
+    const int rows = problem.batch * spec.seqlen_q * spec.num_heads_q;
+    std::vector<bf16> q_padded(size_t(rows) * (576 + kPadQ), float_to_bf16(NAN));
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(&q_padded[size_t(r) * (576 + kPadQ)], &problem.q[size_t(r) * 576],
+                  576 * sizeof(bf16));
+    cuda::DeviceBuffer<bf16> q(q_padded.size()), out(size_t(rows) * (512 + kPadOut));
+    q.copy_from_host(q_padded);
+    MLA_CUDA_CHECK(cudaMemset(out.data(), 0xff, out.bytes()));
+    params.q = q.data();
+    params.q_head_stride = 576 + kPadQ;
+    params.q_seq_stride = params.q_head_stride * spec.num_heads_q;
+    params.q_batch_stride = params.q_seq_stride * spec.seqlen_q;
+    params.out = out.data();
+    params.out_head_stride = 512 + kPadOut;
+    params.out_seq_stride = params.out_head_stride * spec.num_heads_q;
+    params.out_batch_stride = params.out_seq_stride * spec.seqlen_q;
+    kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
+    kernels::launch_mla_decode(params, nullptr);
+    const std::vector<bf16> out_padded = out.to_host();
+    std::vector<float> got(size_t(rows) * 512);
+    for (int r = 0; r < rows; ++r)
+      for (int d = 0; d < 512; ++d)
+        got[size_t(r) * 512 + d] = bf16_to_float(out_padded[size_t(r) * (512 + kPadOut) + d]);
+    const bench::DecodeOutputs lse_only = gpu.fetch(nullptr);
+    SCOPED_TRACE(fmt::format("h_q {} s_q {}", c.heads, c.seqlen_q));
+    expect_within_tolerance(testing::compare_decode(got, want.out, lse_only.lse, want.lse));
+  }
 }
 
 // kFused's CTAs wait for each other: a grid larger than the device (num_sms beyond its SMs) is
