@@ -136,6 +136,18 @@ std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
 
 class MlaDecodeGpu : public ::testing::TestWithParam<KernelChoice> {};
 
+// kFast with kAuto: each of the seesaw's three orders (kAuto picks one by the batch); any other
+// choice as it is.
+std::vector<KernelChoice> with_every_seesaw_order(const KernelChoice& choice) {
+  if (choice.kernel != MlaDecodeKernel::kFast || choice.schedule != MlaDecodeSchedule::kAuto)
+    return {choice};
+  std::vector<KernelChoice> choices = {choice, choice, choice};
+  choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
+  choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
+  choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
+  return choices;
+}
+
 TEST_P(MlaDecodeGpu, HeadsQueryLengthsAndCausalSweep) {
   MLA_REQUIRE_SM90_GPU();
   std::mt19937 rng(1234);
@@ -179,15 +191,7 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
   };
   cases.push_back({128, 2, true, ragged_seqlens(97, 5 * 64, rng)});
   cases.push_back({64, 3, true, ragged_seqlens(33, 700, rng)});
-  // kFast's seesaw runs each of its three orders on every case (kAuto picks one by the batch).
-  std::vector<KernelChoice> choices = {GetParam()};
-  if (GetParam().kernel == MlaDecodeKernel::kFast &&
-      GetParam().schedule == MlaDecodeSchedule::kAuto) {
-    choices = {GetParam(), GetParam(), GetParam()};
-    choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
-    choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
-    choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
-  }
+  const std::vector<KernelChoice> choices = with_every_seesaw_order(GetParam());
   for (const Case& c : cases) {
     ref::PagedDecodeProblemSpec spec;
     spec.num_heads_q = c.heads;
@@ -207,18 +211,12 @@ TEST_P(MlaDecodeGpu, SeesawPageParities) {
 TEST_P(MlaDecodeGpu, ManyShortPiecesPerCta) {
   MLA_REQUIRE_SM90_GPU();
   // A plan for 4 SMs gives each CTA a dozen or more pieces of 1 to 4 pages, one after another:
-  // the pairs order copies a piece's queries and first two pages while the previous piece ends
-  // (page parities flip where a piece has an odd page count; a piece of one page is followed by
-  // one whose first page that piece could not issue). Every seesaw order, and the lockstep body.
+  // the stage and phase counts carried across pieces (odd page counts flip the pairs order's
+  // parities), the query tile's TMA phase per piece, and the staged epilogue's reuse of the query
+  // tile and first stage before the next piece's copies. Every seesaw order, and the lockstep
+  // body.
   std::mt19937 rng(4242);
-  std::vector<KernelChoice> choices = {GetParam()};
-  if (GetParam().kernel == MlaDecodeKernel::kFast &&
-      GetParam().schedule == MlaDecodeSchedule::kAuto) {
-    choices = {GetParam(), GetParam(), GetParam()};
-    choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
-    choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
-    choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
-  }
+  const std::vector<KernelChoice> choices = with_every_seesaw_order(GetParam());
   struct Case {
     int heads, seqlen_q;
     bool causal;
