@@ -89,7 +89,6 @@ struct SharedStorage {
   float row_alpha[kRowsPerTile];              // rescale of O for this page
   float row_max[kRowsPerTile];                // final running max (base-2 scaled)
   alignas(8) uint64_t page_full[kMmaStages];  // TMA completion, one barrier per stage
-  uint64_t query_full;                        // the query tile's TMA copy (args.query_by_tma)
   PendingMerges pending;                      // the fused combine's split pieces
 };
 static_assert(sizeof(SharedStorage<16>) <= 227 * 1024, "must fit the sm_90 opt-in limit");

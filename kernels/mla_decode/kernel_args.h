@@ -30,21 +30,20 @@ struct DecodeKernelArgs {
   // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values; only the
   // seesaw's traced pairs instantiation records. Null otherwise.
   uint64_t* pair_trace = nullptr;
-  // kFast: the query tile by the TMA engine (query_tile_tma_applies()) instead of 18 cp.async per
-  // thread. The queries as a 5-D map {576, h_q / h_kv, h_kv, s_q, b}, a box of 64 columns × R rows
-  // (R = shape.rows_per_tile: min(h_q / h_kv, R) heads × as many query positions as make R rows),
-  // the 128-byte swizzle: one box is one 64-column block of the tile ([R][64] bf16, 128-byte rows),
-  // rows past the tensor zero-filled. Last, so that the other kernels' arguments do not move.
+  // kFast's seesaw: the query tile by the TMA engine (query_tile_tma_applies()) instead of 18
+  // cp.async per thread. The queries as a 5-D map {576, h_q / h_kv, h_kv, s_q, b}, a box of 64
+  // columns × 64 rows (min(h_q / h_kv, 64) heads × as many query positions as make 64 rows), the
+  // 128-byte swizzle: one box is one 64-column block of the tile, rows past the tensor zero-filled.
+  // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
 };
 
-// Whether a tile of `rows_per_tile` of a kv head's query rows (query position s, head i of the kv
-// head's heads_per_kv, i fastest) is one box of that map: heads_per_kv a multiple of the tile's
-// rows, or a divisor of them.
-MLA_HOST_DEVICE bool query_tile_tma_applies(int heads_per_kv, int rows_per_tile) {
-  return heads_per_kv > 0 && rows_per_tile > 0 &&
-         (heads_per_kv % rows_per_tile == 0 || rows_per_tile % heads_per_kv == 0);
+// Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's
+// heads_per_kv, i fastest) is one box of that map: heads_per_kv a multiple of 64, or a divisor of
+// it.
+MLA_HOST_DEVICE bool query_tile_tma_applies(int heads_per_kv) {
+  return heads_per_kv > 0 && (heads_per_kv % 64 == 0 || 64 % heads_per_kv == 0);
 }
 
 // Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may

@@ -111,14 +111,13 @@ decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params,
              : DecodeCombineLaunch::kPerRowDependent;
 }
 
-// The queries as a map for query tiles of `rows_per_tile` rows (kernel_args.h): {576 columns,
-// heads of a kv head, kv heads, query positions, batch}, or false where a tile is not one box
-// (heads per kv head neither a multiple nor a divisor of the tile's rows) or a dimension of several
-// elements has a stride of 0. A dimension of extent 1 gets the stride a contiguous layout would
-// give it (the params may say 0).
-bool query_tile_map_spec(const MlaDecodeParams& params, int heads_per_kv, int rows_per_tile,
+// The queries as a map for the seesaw's query tiles (kernel_args.h): {576 columns, heads of a kv
+// head, kv heads, query positions, batch}, or false where a tile is not one box (heads per kv head
+// neither a multiple nor a divisor of 64) or a dimension of several elements has a stride of 0. A
+// dimension of extent 1 gets the stride a contiguous layout would give it (the params may say 0).
+bool query_tile_map_spec(const MlaDecodeParams& params, int heads_per_kv,
                          cuda::TensorMapBf16Spec* spec) {
-  if (!decode::query_tile_tma_applies(heads_per_kv, rows_per_tile)) return false;
+  if (!decode::query_tile_tma_applies(heads_per_kv)) return false;
   spec->base = params.q;
   spec->rank = 5;
   const uint64_t dims[5] = {uint64_t(kHeadDimQK), uint64_t(heads_per_kv),
@@ -135,14 +134,14 @@ bool query_tile_map_spec(const MlaDecodeParams& params, int heads_per_kv, int ro
     spec->strides_bytes[d - 1] = static_cast<uint64_t>(stride) * sizeof(bf16);
     contiguous = stride * static_cast<int64_t>(dims[d]);
   }
-  const uint32_t heads_in_box = static_cast<uint32_t>(std::min(heads_per_kv, rows_per_tile));
-  const uint32_t box[5] = {64, heads_in_box, 1, uint32_t(rows_per_tile) / heads_in_box, 1};
+  const uint32_t heads_in_box = static_cast<uint32_t>(std::min(heads_per_kv, 64));
+  const uint32_t box[5] = {64, heads_in_box, 1, 64 / heads_in_box, 1};
   for (int d = 0; d < 5; ++d) spec->box[d] = box[d];
   return true;
 }
 
-// kFast's query tiles by TMA where they apply, unless the environment's MLA_DECODE_QUERY_TMA is 0
-// (read once per process, for measuring).
+// The seesaw's query tiles by TMA where they apply, unless the environment's MLA_DECODE_QUERY_TMA
+// is 0 (read once per process, for measuring).
 bool query_tma_from_environment() {
   static const int64_t from_environment = environment_count("MLA_DECODE_QUERY_TMA", 1);
   return from_environment != 0;
@@ -418,12 +417,10 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     spec.box[3] = 1;
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
   }
-  // kFast copies its query tiles by TMA where a tile is one box: the 16-row body's 16 rows, or
-  // the 64-row bodies' 64 (they also take the plan's 32-row shapes); kBaseline by cp.async.
-  const int query_tile_rows = args.shape.rows_per_tile == 16 ? 16 : 64;
+  // kFast's seesaw (64-row tiles) copies its query tiles by TMA where a tile is one box.
   cuda::TensorMapBf16Spec q_spec;
-  args.query_by_tma = fast && query_tma_from_environment() &&
-                      query_tile_map_spec(params, args.heads_per_kv, query_tile_rows, &q_spec);
+  args.query_by_tma = fast && args.shape.rows_per_tile == 64 && query_tma_from_environment() &&
+                      query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {

@@ -132,34 +132,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // The first piece's queries are requested before its pages: they are needed first, and behind
   // two pages' TMA copies they arrived 2.6-7 µs late (the timeline, docs/kernels/mla_decode.md).
-  // They go through the stage the third page will use, which the first two pages leave free: by
-  // the TMA engine (kFast, args.query_by_tma: nine blocks of [kRowsPerTile][64], 128-byte rows,
-  // completing on query_full once per piece) or by cp.async.
-  const bool query_by_tma = args.query_by_tma;
-  const uint32_t query_full = ptx::smem_address(&smem.query_full);
-  auto copy_queries = [&](uint32_t q_stage, int batch_index) {
-    if (query_by_tma) {
-      if (tid == 0)
-        issue_query_tile_tma<kRowsPerTile>(args, q_stage, query_full, batch_index, kv_head,
-                                           tile_row0, tma::evict_first_policy());
-    } else {
-      if (loader.row < kRowsPerTile)
-        loader.copy_query_row(q_stage, args, batch_index, kv_head, tile_row0);
-      ptx::cp_async_commit();
-    }
-  };
-  if (tid == 0 && query_by_tma) {
-    tma::barrier_init(query_full, 1);
-    tma::fence_barrier_init();
-  }
-  if (has_work) copy_queries(kv_smem0 + (kMmaStages - 1) * kStageBytes, piece.seq);
+  // They go through the stage the third page will use, which the first two pages leave free.
+  if (has_work && loader.row < kRowsPerTile)
+    loader.copy_query_row(kv_smem0 + (kMmaStages - 1) * kStageBytes, args, piece.seq, kv_head,
+                          tile_row0);
+  ptx::cp_async_commit();
 
   PageTmaPipeline<kMmaStages> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
   if (tid == 0) pipeline.issue_first<kMmaStages - 1>(args, prefetch, kv_head);
   __syncthreads();
 
-  uint32_t pieces_done = 0;  // the query tile's TMA phase
   for (bool more = has_work; more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
@@ -169,24 +152,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     // piece's were requested above, into that same stage.)
     const uint32_t q_stage =
         kv_smem0 + ((pipeline.pages_done + kMmaStages - 1) % kMmaStages) * kStageBytes;
-    if (pipeline.pages_done != 0) copy_queries(q_stage, batch_index);
-    if (query_by_tma) {
-      tma::wait_parity(query_full, pieces_done & 1);
-    } else {
-      ptx::cp_async_wait_all();
+    if (pipeline.pages_done != 0) {
+      if (loader.row < kRowsPerTile)
+        loader.copy_query_row(q_stage, args, batch_index, kv_head, tile_row0);
+      ptx::cp_async_commit();
     }
-    ++pieces_done;
+    ptx::cp_async_wait_all();
     __syncthreads();
     uint32_t q_frag[kKSteps][4];
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       const int row = (lane & 7) + ((lane >> 3) & 1) * 8;
-      const int chunk = 2 * kk + (lane >> 4);
-      // The TMA layout: 64-column blocks of [kRowsPerTile][128 B], 128-byte swizzle.
-      const uint32_t offset = query_by_tma ? (chunk >> 3) * (kRowsPerTile * 128) + row * 128 +
-                                                 (((chunk & 7) ^ (row & 7)) << 4)
-                                           : swizzled_qk_chunk(row, chunk) * 16;
-      ptx::ldmatrix_x4(q_frag[kk], q_stage + offset);
+      ptx::ldmatrix_x4(q_frag[kk], q_stage + swizzled_qk_chunk(row, 2 * kk + (lane >> 4)) * 16);
     }
     // The stage goes back to TMA (async proxy) after the page barrier below.
     wgmma::fence_proxy_async_shared();

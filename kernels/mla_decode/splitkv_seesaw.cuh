@@ -226,8 +226,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool query_by_tma = args.query_by_tma;
     if (query_by_tma) {
       if (tid == 0) {
-        issue_query_tile_tma<kSeesawRows>(args, q_smem, query_full, batch_index, kv_head, tile_row0,
-                                          l2_policy);
+        const int hpk = args.heads_per_kv;
+        tma::arrive_expect_bytes(query_full, kPageBytes);
+#pragma unroll 1
+        for (int block = 0; block < kChunksQK / 8; ++block) {
+          tma::load_5d(q_smem + block * kColumnBlockBytes, &args.q_tensor_map, query_full,
+                       block * 64, tile_row0 % hpk, kv_head, tile_row0 / hpk, batch_index,
+                       l2_policy);
+        }
       }
     } else {
       loader.copy_query_row(q_smem, args, batch_index, kv_head, tile_row0);

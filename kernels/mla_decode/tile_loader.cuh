@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "common/ptx.cuh"
-#include "common/tma.cuh"
 #include "mla_decode/config.h"
 #include "mla_decode/kernel_args.h"
 
@@ -67,24 +66,5 @@ struct TileLoader {
              r < args.shape.rows_per_kv_head, q);
   }
 };
-
-// One thread (args.query_by_tma): the query tile of kRows rows whose first row is kv-head row
-// `tile_row0` of sequence `batch_index`, by the TMA engine: its nine 64-column blocks ([kRows][64]
-// bf16, 128-byte rows, 128-byte swizzle) one after another at `tile_smem` (1024-byte aligned),
-// completing on the mbarrier `barrier`. Rows past the tensor arrive as zeros.
-template <int kRows>
-__device__ __forceinline__ void issue_query_tile_tma(const DecodeKernelArgs& args,
-                                                     uint32_t tile_smem, uint32_t barrier,
-                                                     int batch_index, int kv_head, int tile_row0,
-                                                     uint64_t l2_policy) {
-  constexpr int kBlockBytes = kRows * 128;
-  const int hpk = args.heads_per_kv;
-  tma::arrive_expect_bytes(barrier, (kChunksQK / 8) * kBlockBytes);
-#pragma unroll 1
-  for (int block = 0; block < kChunksQK / 8; ++block) {
-    tma::load_5d(tile_smem + block * kBlockBytes, &args.q_tensor_map, barrier, block * 64,
-                 tile_row0 % hpk, kv_head, tile_row0 / hpk, batch_index, l2_policy);
-  }
-}
 
 }  // namespace mla::kernels::decode
