@@ -438,10 +438,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                                                         : decode::SeesawOrder::kPvFirst;
       if (pair_trace != nullptr) {
         decode::launch_splitkv_seesaw_pair_trace(args, stream);
-      } else if (timeline != nullptr) {
-        require(decode_timeline_applies(params),
-                "the timeline records kFast's 16-row body, or its seesaw's pairs or P·V-first "
-                "order with the launched combine; this launch runs neither");
+      } else if (timeline != nullptr) {  // launch_mla_decode_with_timeline() checked the order
         decode::launch_splitkv_seesaw_timeline(args, order, stream);
       } else {
         decode::launch_splitkv_seesaw(args, fused_combine, order, stream);
@@ -467,15 +464,31 @@ int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
          2 * kDecodeTimelineSlots;
 }
 
-bool decode_timeline_applies(const MlaDecodeParams& params) {
-  if (params.kernel != MlaDecodeKernel::kFast || params.num_heads_kv <= 0) return false;
-  if (decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms)
-          .rows_per_tile == 16)
-    return true;
-  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
-  return (schedule == MlaDecodeSchedule::kSeesawPairs ||
-          schedule == MlaDecodeSchedule::kSeesawPvFirst) &&
+namespace {
+
+// Whether a kFast launch runs the 16-row body (tiles of at most 16 rows; every wider tile runs a
+// 64-row body).
+bool runs_fast_16_row_body(const MlaDecodeParams& params) {
+  return params.kernel == MlaDecodeKernel::kFast && params.num_heads_kv > 0 &&
+         decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv,
+                             params.num_sms)
+                 .rows_per_tile == 16;
+}
+
+// Whether a kFast launch runs the seesaw in `order` with the launched combine (what the
+// diagnostic instantiations record).
+bool runs_seesaw_launched(const MlaDecodeParams& params, MlaDecodeSchedule order) {
+  return params.kernel == MlaDecodeKernel::kFast && params.num_heads_kv > 0 &&
+         !runs_fast_16_row_body(params) && resolved_decode_schedule(params) == order &&
          resolved_decode_combine(params) != MlaDecodeCombine::kFused;
+}
+
+}  // namespace
+
+bool decode_timeline_applies(const MlaDecodeParams& params) {
+  return runs_fast_16_row_body(params) ||
+         runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs) ||
+         runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPvFirst);
 }
 
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
@@ -508,13 +521,7 @@ const char* decode_pair_trace_event(int warpgroup, int event) {
 }
 
 bool decode_pair_trace_applies(const MlaDecodeParams& params) {
-  // The 16-row body takes tiles of at most 16 rows; every wider tile runs a 64-row body.
-  return params.kernel == MlaDecodeKernel::kFast && params.num_heads_kv > 0 &&
-         decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv,
-                             params.num_sms)
-                 .rows_per_tile != 16 &&
-         resolved_decode_schedule(params) == MlaDecodeSchedule::kSeesawPairs &&
-         resolved_decode_combine(params) != MlaDecodeCombine::kFused;
+  return runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs);
 }
 
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,

@@ -94,6 +94,8 @@ __device__ __forceinline__ void write_tile_rows(
             make_float2(o_acc[4 * i + 2 * h] * inv_sum, o_acc[4 * i + 2 * h + 1] * inv_sum);
       }
     }
+    // The same as write_row_lse(), written out: calling it changes the SASS of every body that
+    // uses this epilogue (kBaseline's lockstep body included), which were measured as they are.
     if (group == 0 && (lane & 3) == 0) {
       const float lse =
           sum > 0.f ? (row_max_run[h] + log2f(sum)) * kLn2 : (final_output ? INFINITY : -INFINITY);

@@ -227,6 +227,46 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPairs), "seesaw_pairs");
 }
 
+// Which launches the diagnostics record (explicit schedules and combines, so the environment's
+// switches do not enter): the timeline, kFast's 16-row body with either combine and the seesaw's
+// pairs or P·V-first order with the launched one; the pair trace, the pairs order with the
+// launched combine only.
+TEST(MlaDecodeArgs, WhichLaunchesTheDiagnosticsRecord) {
+  struct Case {
+    MlaDecodeKernel kernel;
+    int heads;
+    MlaDecodeSchedule schedule;
+    MlaDecodeCombine combine;
+    bool timeline, pair_trace;
+  };
+  using K = MlaDecodeKernel;
+  using S = MlaDecodeSchedule;
+  using C = MlaDecodeCombine;
+  const Case cases[] = {
+      {K::kBaseline, 128, S::kSeesawPairs, C::kLaunched, false, false},
+      {K::kFast, 8, S::kSeesawPairs, C::kFused, true, false},  // 16 rows: the 16-row body
+      {K::kFast, 8, S::kSeesawPairs, C::kLaunched, true, false},
+      {K::kFast, 128, S::kSeesawPairs, C::kLaunched, true, true},
+      {K::kFast, 128, S::kSeesawPvFirst, C::kLaunched, true, false},
+      {K::kFast, 128, S::kSeesawSFirst, C::kLaunched, false, false},
+      {K::kFast, 128, S::kLockstep, C::kLaunched, false, false},
+      {K::kFast, 128, S::kSeesawPairs, C::kFused, false, false},
+  };
+  for (const Case& c : cases) {
+    MlaDecodeParams p = valid_params();  // s_q = 2
+    p.kernel = c.kernel;
+    p.num_heads_q = c.heads;
+    p.schedule = c.schedule;
+    p.combine = c.combine;
+    EXPECT_EQ(decode_timeline_applies(p), c.timeline)
+        << to_string(c.kernel) << " h_q " << c.heads << " " << to_string(c.schedule) << " "
+        << to_string(c.combine);
+    EXPECT_EQ(decode_pair_trace_applies(p), c.pair_trace)
+        << to_string(c.kernel) << " h_q " << c.heads << " " << to_string(c.schedule) << " "
+        << to_string(c.combine);
+  }
+}
+
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
   // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out.
   struct Shape {
