@@ -609,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto pair = [&](int i, auto full_flag) {
         constexpr bool kFull = decltype(full_flag)::value;
         const int a = 2 * i, b = 2 * i + 1;
-        const int own = group == 0 ? a : b;
+        const int own = group == 0 ? a : b, other = group == 0 ? b : a;
         float page_max[2], other_max[2], subtract[2], alpha[2];
         // Each warpgroup first frees its half of the other's page of the previous pair (its P·V
         // of it was its last wgmma group) and only then waits for pages: the half each S waits
@@ -617,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
-        if (i > 0) release_half(a - 1);
+        if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
         trace(i, 1);
         if (kFull || group == 0) {
           float s_acc[32];
@@ -650,31 +650,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           // Most pairs leave every row's max where it was (α = 1): skip the 128 multiplies then.
           if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
             wgmma::scale_accumulator_rows(o_acc, alpha);
+          pv_registers(own, p_frag);
+          trace(i, 7);
           if constexpr (kFull) {
-            // Both warpgroups take page a's P·V first (same frame: no rescale, no wait in
-            // between), so all of page a is free halfway through the pair's P·V and page a + 2
-            // loads under page b's.
-            if (group == 0) {
-              pv_registers(a, p_frag);
-              trace(i, 7);
-              seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b is in place
-              trace(i, 8);
-              pv_shared(b);
-            } else {
-              seesaw_barrier_sync(kPairsPBarrier + 0, kThreads);  // P_a is in place
-              trace(i, 7);
-              pv_shared(a);
-              trace(i, 8);
-              pv_registers(b, p_frag);
-            }
+            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // the other's P
+            trace(i, 8);
+            pv_shared(other);  // same frame as the own P: no rescale, so no wait in between
             trace(i, 9);
-            wgmma::wait_group<1>();  // page a's P·V: this warpgroup's half of page a is free
+            wgmma::wait_group<1>();  // the own P·V: this warpgroup's half of its page is free
             seesaw_fence_operands(o_acc);
-            release_half(a);
+            release_half(own);
             trace(i, 10);
-          } else {
-            pv_registers(own, p_frag);
-            trace(i, 7);
           }
         } else {  // warpgroup 1 when page a is the piece's last: P_a·V only
           read_other_page_max(other_max);
