@@ -22,7 +22,8 @@
 # own build (e.g. "pairs:MLA_DECODE_SEESAW=4 lockstep:MLA_DECODE_SEESAW=0"; the first is then the
 # reference), instead of the plain tree. MLA_AB_NCU="b,s_q,h_q,s_k ...": per build and row,
 # Nsight Compute's DRAM bytes read, L2 hit rate and duration of fast's split-KV kernel (one launch
-# after the first; caches flushed before it, clocks as found).
+# after the first; caches flushed before it, clocks as found). MLA_AB_NCU_METRICS="m1,m2,...":
+# other metrics for those rows (kept to the names this machine's ncu lists, the rest reported).
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -119,13 +120,23 @@ main() {
     done
   done
   if [ -n "${MLA_AB_NCU:-}" ] && command -v ncu >/dev/null; then
+    local metrics="dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum" known m
+    if [ -n "${MLA_AB_NCU_METRICS:-}" ]; then
+      ncu --query-metrics >"$work/ncu-metrics.txt" 2>&1
+      known="gpu__time_duration.sum"
+      for m in ${MLA_AB_NCU_METRICS//,/ }; do
+        if grep -q "^${m%%.*} " "$work/ncu-metrics.txt"; then known="$known,$m"; else echo "NCU metric not on this machine: $m"; fi
+      done
+      metrics=$known
+      echo "NCU metrics: $metrics"
+    fi
     for tb in "${builds[@]}"; do
       parse_build "$tb"
       [ -x "$bin" ] || continue
       for row in $MLA_AB_NCU; do
         env "${environment[@]}" timeout -k 10 120 ncu --clock-control none \
           -k regex:mla_decode_splitkv --launch-skip 1 --launch-count 1 \
-          --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
+          --metrics "$metrics" \
           --csv --print-units base --log-file "$work/ncu.csv" \
           "$bin" bench decode --only "$row" --kernel fast --runs 2 --flashmla-ref '' >/dev/null 2>&1
         python3 - "$tag" "$row" "$work/ncu.csv" <<'PY'
