@@ -118,37 +118,6 @@ __device__ __forceinline__ int* combine_counter(const DecodeKernelArgs& args, in
          blockIdx.y;
 }
 
-// The sliced combine's counters of (sequence `seq`, tile `tile_index` = kv head · num_row_tiles +
-// row tile), after the fused combine's array: arrivals (pieces whose partial is stored; the split
-// bodies add 1 each), then tickets (the combine's CTAs that merged; the last one of a counter puts
-// both back to where the launch found them, so every launch starts from 0 and the plan kernel's
-// zeroing once per step suffices).
-__device__ __forceinline__ int* waiting_combine_arrivals(const DecodeKernelArgs& args, int seq,
-                                                         int tile_index) {
-  const int64_t per_array =
-      static_cast<int64_t>(args.params.batch) * args.params.num_heads_kv * args.shape.num_row_tiles;
-  return args.combine_counters + per_array +
-         static_cast<int64_t>(seq) * args.params.num_heads_kv * args.shape.num_row_tiles +
-         tile_index;
-}
-__device__ __forceinline__ int* waiting_combine_tickets(const DecodeKernelArgs& args, int seq,
-                                                        int tile_index) {
-  const int64_t per_array =
-      static_cast<int64_t>(args.params.batch) * args.params.num_heads_kv * args.shape.num_row_tiles;
-  return waiting_combine_arrivals(args, seq, tile_index) + per_array;
-}
-
-// After this CTA's partial stores for a piece of a split sequence (every thread calls it; only
-// with args.combine_waits): thread 0 arrives on the sequence's counter for the sliced combine.
-// Release as in arrive_for_piece(): the stores, __syncthreads(), thread 0's __threadfence().
-__device__ __forceinline__ void arrive_for_waiting_combine(const DecodeKernelArgs& args, int seq) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(waiting_combine_arrivals(args, seq, blockIdx.y), 1);
-  }
-}
-
 // After this CTA's partial stores for a piece of a sequence with ≥ 2 pieces (every thread calls
 // it): thread 0 arrives on the sequence's counter and records the piece in `pending` (shared
 // memory; read after the next __syncthreads()). The wait and the merge come after the part's last

@@ -37,11 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // kFast's sliced combine merges a split sequence as soon as its pieces have arrived (the split
-  // body arrives on the sequence's counter after storing a piece's partial) instead of waiting for
-  // the whole split grid first. Set only where the split body stores its partials with plain
-  // stores and the combine is the sliced one (launch_decode()).
-  bool combine_waits = false;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

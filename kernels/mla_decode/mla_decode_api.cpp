@@ -147,12 +147,6 @@ bool query_tma_from_environment() {
   return from_environment != 0;
 }
 
-// MLA_DECODE_COMBINE_WAITS=0: the sliced combine waits for the whole split grid again (measuring).
-bool combine_waits_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_COMBINE_WAITS", 1);
-  return from_environment != 0;
-}
-
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
@@ -277,8 +271,7 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
       align_up(sizeof(int32_t) * decode_plan_ints(batch, shape.num_parts), kWorkspaceAlignment);
   layout.partial_lse_offset =
       layout.combine_counters_offset +
-      align_up(sizeof(int32_t) * kDecodeCombineCounterArrays * size_t(layout.num_combine_counters),
-               kWorkspaceAlignment);
+      align_up(sizeof(int32_t) * size_t(layout.num_combine_counters), kWorkspaceAlignment);
   layout.partial_out_offset =
       layout.partial_lse_offset + align_up(sizeof(float) * partial_rows, kWorkspaceAlignment);
   layout.total_bytes = layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV;
@@ -367,8 +360,7 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
   auto* base = static_cast<uint8_t*>(params.workspace);
   decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
                              reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
-                             kDecodeCombineCounterArrays * layout.num_combine_counters,
-                             plan_min_cost_per_part(params), stream);
+                             layout.num_combine_counters, plan_min_cost_per_part(params), stream);
 }
 
 namespace {
@@ -430,22 +422,13 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   args.query_by_tma = fast && args.shape.rows_per_tile == 64 && query_tma_from_environment() &&
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
-  // The sliced combine merges each sequence once its pieces have arrived, instead of waiting for
-  // the whole split grid: the split bodies that store partials with plain stores arrive on the
-  // sequence's counter (the 16-row body, the seesaw's P·V-first and S-first orders).
-  const decode::DecodeCombineLaunch combine_kind = launched_combine_kind(params, fast);
-  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
-  args.combine_waits =
-      !fused_combine && combine_kind == decode::DecodeCombineLaunch::kSliced &&
-      combine_waits_from_environment() &&
-      (args.shape.rows_per_tile == 16 || schedule == MlaDecodeSchedule::kSeesawPvFirst ||
-       schedule == MlaDecodeSchedule::kSeesawSFirst);
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
+    const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
     if (schedule == MlaDecodeSchedule::kLockstep) {
       decode::launch_splitkv_wgmma(args, fused_combine, stream);
     } else {
@@ -464,7 +447,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   }
   if (!fused_combine) {
     mark_phase("combine", stream);
-    decode::launch_combine_kernel(args, combine_kind, stream);
+    decode::launch_combine_kernel(args, launched_combine_kind(params, fast), stream);
   }
 }
 

@@ -222,14 +222,6 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 // (from the first round's loads), so each split's weight is final when it is added. The
 // teams' sums meet in shared memory. kSlices (1, 2, 4 or 8) is picked on the host so that the grid
 // has about one CTA per SM (sliced_combine_slices()).
-// With args.combine_waits a CTA does not wait for the whole split grid before merging: thread 0
-// waits until the row's tile of the sequence has all its pieces' arrivals (the split bodies arrive
-// after storing a partial; acquire load, then __threadfence() and __syncthreads()), and the
-// partials are read through L2 (ld.global.cg: another tile's CTA on this SM may have brought a
-// line of them into L1 earlier). It still executes griddepcontrol.wait before it exits (see
-// mla_decode_combine_kernel). The split CTAs have all started before any combine CTA does (a
-// programmatic dependent starts once every primary CTA has triggered), so the wait cannot hold an
-// SM that a split CTA needs.
 template <int kSlices>
 __global__ void __launch_bounds__(kThreads)
     mla_decode_combine_sliced_kernel(const __grid_constant__ DecodeKernelArgs args) {
@@ -250,22 +242,11 @@ __global__ void __launch_bounds__(kThreads)
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};  // see the per-row kernel
   const int num_splits = plan.num_splits(batch_index);
   const int split0 = plan.split_begin()[batch_index];
-  const bool waits = args.combine_waits && num_splits >= 2;
-  if (!waits) ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
-  if (num_splits == 1) return;                 // the split-KV kernel wrote out and lse itself
+  ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
+  if (num_splits == 1) return;     // the split-KV kernel wrote out and lse itself
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
-  const int tile = r / args.shape.rows_per_tile;
-  const int tile_index = kv_head * args.shape.num_row_tiles + tile;
-  if (waits) {
-    if (tid == 0) {
-      const int* arrivals = waiting_combine_arrivals(args, batch_index, tile_index);
-      while (ptx::load_acquire_gpu(arrivals) < num_splits) __nanosleep(32);
-      __threadfence();  // acquire: the pieces' partials before this CTA's reads
-    }
-    __syncthreads();
-  }
   const int64_t piece_stride = static_cast<int64_t>(p.num_heads_kv) * rows_total;
   const int64_t row0 =
       static_cast<int64_t>(split0) * piece_stride + static_cast<int64_t>(kv_head) * rows_total + r;
@@ -284,9 +265,9 @@ __global__ void __launch_bounds__(kThreads)
       lse[i] = -INFINITY;
       if (k < num_splits) {
         const float4* partial = reinterpret_cast<const float4*>(out0 + k * piece_stride * kDimV);
-        lo[i] = __ldcg(partial);
-        hi[i] = __ldcg(partial + 1);
-        lse[i] = __ldcg(lse0 + k * piece_stride);
+        lo[i] = partial[0];
+        hi[i] = partial[1];
+        lse[i] = lse0[k * piece_stride];
       }
     }
   };
@@ -299,7 +280,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) max_lse = fmaxf(max_lse, lse[i]);
   for (int k = kRound + tid; k < num_splits; k += kThreads)
-    max_lse = fmaxf(max_lse, __ldcg(lse0 + k * piece_stride));
+    max_lse = fmaxf(max_lse, lse0[k * piece_stride]);
   max_lse = max_over_team(max_lse, 32);
   if ((tid & 31) == 0) warp_max_lse[tid >> 5] = max_lse;
   __syncthreads();
@@ -348,20 +329,6 @@ __global__ void __launch_bounds__(kThreads)
   if (slice == 0 && tid == 0) {
     p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
         total > 0.f ? max_lse + logf(total) : INFINITY;
-  }
-  if (waits) {
-    // The tile's last CTA to get here puts its counters back (every CTA of the tile is past its
-    // wait, and the next launch's split CTAs start after this grid ends).
-    if (tid == 0) {
-      const int consumers =
-          min(args.shape.rows_per_tile, rows_total - tile * args.shape.rows_per_tile) * kSlices;
-      int* tickets = waiting_combine_tickets(args, batch_index, tile_index);
-      if (atomicAdd(tickets, 1) == consumers - 1) {
-        atomicExch(tickets, 0);
-        atomicSub(waiting_combine_arrivals(args, batch_index, tile_index), num_splits);
-      }
-    }
-    ptx::wait_for_preceding_grid();
   }
 }
 

@@ -411,8 +411,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     stamp<kTimeline>(stamps, kTimelineStored);
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);
-    } else {
-      if (args.combine_waits && !final_output) arrive_for_waiting_combine(args, piece.seq);
     }
   }
   if constexpr (kFusedCombine) {

@@ -710,8 +710,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);
-    } else if constexpr (!kStagedEpilogue) {  // the staged rows leave by bulk copies: not set
-      if (args.combine_waits && !final_output) arrive_for_waiting_combine(args, piece.seq);
     }
   }
   if constexpr (kFusedCombine) {

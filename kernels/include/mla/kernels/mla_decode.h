@@ -207,21 +207,15 @@ bool decode_pair_trace_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
                                        cudaStream_t stream);
 
-// Counter arrays of the workspace, each of (sequence, kv head, row tile): the fused combine's
-// arrivals; the sliced combine's arrivals (split pieces stored) and tickets (its CTAs done).
-inline constexpr int kDecodeCombineCounterArrays = 3;
-
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
-  size_t plan_offset = 0;  // int32[decode_plan_ints(batch, num_parts)]
-  // int32[kDecodeCombineCounterArrays · num_combine_counters]: kFast's fused combine's arrival
-  // counters, then the sliced combine's arrivals and tickets (decode_workspace_layout()).
-  size_t combine_counters_offset = 0;
-  size_t partial_lse_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head]
-  size_t partial_out_offset = 0;  // fp32[max_splits, h_kv, rows_per_kv_head, 512]
+  size_t plan_offset = 0;              // int32[decode_plan_ints(batch, num_parts)]
+  size_t combine_counters_offset = 0;  // int32[num_combine_counters]: kFast's arrival counters
+  size_t partial_lse_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head]
+  size_t partial_out_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head, 512]
   size_t total_bytes = 0;
   int max_splits = 0;                // batch + num_parts: the most pieces a plan can make
-  int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles, in each of the arrays
+  int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles
 };
 DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
                                               int num_heads_kv, int num_sms);
