@@ -417,9 +417,12 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     spec.box[3] = 1;
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
   }
-  // kFast's seesaw (64-row tiles) copies its query tiles by TMA where a tile is one box.
+  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
+  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
+  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
   cuda::TensorMapBf16Spec q_spec;
-  args.query_by_tma = fast && args.shape.rows_per_tile == 64 && query_tma_from_environment() &&
+  args.query_by_tma = args.shape.rows_per_tile == 64 && schedule != MlaDecodeSchedule::kLockstep &&
+                      query_tma_from_environment() &&
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
   mark_phase("split_kv", stream);
@@ -428,7 +431,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
-    const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
     if (schedule == MlaDecodeSchedule::kLockstep) {
       decode::launch_splitkv_wgmma(args, fused_combine, stream);
     } else {
