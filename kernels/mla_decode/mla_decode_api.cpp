@@ -203,6 +203,8 @@ const char* to_string(MlaDecodeSchedule schedule) {
       return "seesaw_pv_first";
     case MlaDecodeSchedule::kSeesawPairs:
       return "seesaw_pairs";
+    case MlaDecodeSchedule::kSeesawChain:
+      return "seesaw_chain";
   }
   return "unknown";
 }
@@ -211,10 +213,11 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeSchedule::kLockstep;
   MlaDecodeSchedule schedule = params.schedule;
   if (schedule == MlaDecodeSchedule::kAuto) {
-    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 4);
+    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 5);
     constexpr MlaDecodeSchedule kByValue[] = {
-        MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesaw, MlaDecodeSchedule::kSeesawSFirst,
-        MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs};
+        MlaDecodeSchedule::kLockstep,     MlaDecodeSchedule::kSeesaw,
+        MlaDecodeSchedule::kSeesawSFirst, MlaDecodeSchedule::kSeesawPvFirst,
+        MlaDecodeSchedule::kSeesawPairs,  MlaDecodeSchedule::kSeesawChain};
     // Pairs where pieces are long; its per-pair exchanges cost more than they give when a CTA
     // has a page or two (small batches: measured on the H200, 2026-12-01, up to +6 µs at b = 1).
     const bool small = params.num_sms >= 1 && params.batch >= 1 && params.num_heads_kv >= 1 &&
@@ -437,6 +440,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
       const decode::SeesawOrder order =
           schedule == MlaDecodeSchedule::kSeesawSFirst  ? decode::SeesawOrder::kSFirst
           : schedule == MlaDecodeSchedule::kSeesawPairs ? decode::SeesawOrder::kPairs
+          : schedule == MlaDecodeSchedule::kSeesawChain ? decode::SeesawOrder::kChain
                                                         : decode::SeesawOrder::kPvFirst;
       if (pair_trace != nullptr) {
         decode::launch_splitkv_seesaw_pair_trace(args, stream);

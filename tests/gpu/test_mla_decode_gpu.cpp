@@ -136,15 +136,16 @@ std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
 
 class MlaDecodeGpu : public ::testing::TestWithParam<KernelChoice> {};
 
-// kFast with kAuto: each of the seesaw's three orders (kAuto picks one by the batch); any other
+// kFast with kAuto: each of the seesaw's four orders (kAuto picks one by the batch); any other
 // choice as it is.
 std::vector<KernelChoice> with_every_seesaw_order(const KernelChoice& choice) {
   if (choice.kernel != MlaDecodeKernel::kFast || choice.schedule != MlaDecodeSchedule::kAuto)
     return {choice};
-  std::vector<KernelChoice> choices = {choice, choice, choice};
+  std::vector<KernelChoice> choices = {choice, choice, choice, choice};
   choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
   choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
   choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
+  choices[3].schedule = MlaDecodeSchedule::kSeesawChain;
   return choices;
 }
 

@@ -82,7 +82,8 @@ inline constexpr int kSmallBatchMaxRows = 512;
 // give); measured on the H200 (2026-12-01, `mla bench decode --kernel seesaw-ab`): pairs 3-6 %
 // faster than P·V first on the compute-bound rows, even on memory-bound ones, but up to 6 µs
 // slower at b = 1. The environment variable MLA_DECODE_SEESAW overrides kAuto (0: kLockstep,
-// 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs; read once per process; for
+// 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs, 5: kSeesawChain; read once
+// per process; for
 // A/B measurements). resolved_decode_schedule() says which. The seesaw copies its 64-row query
 // tiles with the TMA engine where a tile is one box (h_q / h_kv a multiple or a divisor of 64),
 // else with cp.async; MLA_DECODE_QUERY_TMA=0 keeps cp.async everywhere (for A/B measurements).
@@ -92,7 +93,8 @@ enum class MlaDecodeSchedule {
   kSeesaw,
   kSeesawSFirst,
   kSeesawPvFirst,
-  kSeesawPairs
+  kSeesawPairs,
+  kSeesawChain
 };
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
