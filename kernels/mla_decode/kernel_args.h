@@ -99,8 +99,10 @@ enum class SeesawOrder { kPvFirst, kSFirst, kPairs, kChain };
 // warpgroups alternate S and P·V instead of running the phases in lockstep.
 void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
                            cudaStream_t stream);
-// The pairs order's diagnostic instantiation recording args.pair_trace (launched combine).
-void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream);
+// The pairs or chain order's diagnostic instantiation recording args.pair_trace (launched
+// combine).
+void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, SeesawOrder order,
+                                      cudaStream_t stream);
 // The instantiations recording args.timeline: the pairs order, else P·V first (launched combine).
 void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
                                     cudaStream_t stream);

@@ -813,6 +813,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int a = 2 * i, b = 2 * i + 1;
           float alpha[2], subtract[2], sum[2], page_max[2];
           uint32_t p_frag[16];
+          trace(i, 0);
           if (group == 0) {
             mask_and_max(s_acc, a, page_max);
             advance_running_max(page_max, subtract, alpha);
@@ -831,15 +832,19 @@ __global__ void __launch_bounds__(kThreads, 1)
               }
             }
             publish_chain(0, alpha);
+            trace(i, 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
             rescale_o(alpha);
             pv_registers(a, p_frag);
+            trace(i, 2);
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             release_half(a);  // blocks 0-3 of page a + 2 start loading
+            trace(i, 3);
             if constexpr (kFull) {
               take_chain(1, alpha);  // m_b, α_b
+              trace(i, 4);
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -852,19 +857,25 @@ __global__ void __launch_bounds__(kThreads, 1)
               store_p_at(smem.p, p_frag);
               wgmma::fence_proxy_async_shared();
               seesaw_barrier_arrive(kPairsPBarrier, kThreads);
+              trace(i, 5);
               seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b in page b's rope block
+              trace(i, 6);
               rescale_o(alpha);
               pv_smem(b, p_rope0 + ((base + b) & 1) * kPageBytes);
+              trace(i, 7);
               if constexpr (kNextA) {
                 chain_s(a + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
+                trace(i, 8);
                 wgmma::wait_group<4>();  // P_b·V_b
               } else {
                 wgmma::wait_group<0>();
               }
               seesaw_fence_operands(o_acc);
               release_half(b);  // blocks 0-3 and the rope block of page b + 2
+              trace(i, 9);
               if constexpr (kNextA) {
                 chain_s(a + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
+                trace(i, 10);
                 wgmma::wait_group<0>();
                 seesaw_fence_operands(s_acc);
               }
@@ -878,8 +889,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             float alpha_a[2];
             mask_and_max(s_acc, b, page_max);
             take_chain(0, alpha_a);  // m_a, α_a
+            trace(i, 1);
             advance_running_max(page_max, subtract, alpha);
             publish_chain(1, alpha);
+            trace(i, 2);
             exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
             store_p(b, p_frag);
             wgmma::fence_proxy_async_shared();
@@ -890,19 +903,28 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             rescale_o(alpha);
             pv_registers(b, p_frag);
+            trace(i, 3);
             seesaw_barrier_sync(kPairsPBarrier, kThreads);  // P_a·α_b in the P buffer
+            trace(i, 4);
             pv_smem(a, p_smem);
             seesaw_barrier_arrive(kPairsPBarrier + 1, kThreads);
+            trace(i, 5);
             wgmma::wait_group<1>();  // P_b·V_b
             seesaw_fence_operands(o_acc);
             release_half(b);  // blocks 4-7 of page b + 2
+            trace(i, 6);
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             release_half(a);  // blocks 4-8 of page a + 2
+            trace(i, 7);
             if constexpr (kNextB) {
-              chain_s(b + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 9>());
+              chain_s(b + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
+              trace(i, 8);
+              chain_s(b + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
+              trace(i, 9);
               wgmma::wait_group<0>();
               seesaw_fence_operands(s_acc);
+              trace(i, 10);
             }
           } else {  // warpgroup 1 when page a is the piece's last: P_a·V_a only
             take_chain(0, alpha);
@@ -1019,10 +1041,13 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
                        args, fused_combine, stream);
 }
 
-void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream) {
-  launch_seesaw_kernel(
-      &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, SeesawDiagnostic::kPairTrace>,
-      args, false, stream);
+void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, SeesawOrder order,
+                                      cudaStream_t stream) {
+  constexpr auto kTrace = SeesawDiagnostic::kPairTrace;
+  launch_seesaw_kernel(order == SeesawOrder::kChain
+                           ? &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kChain, kTrace>
+                           : &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, kTrace>,
+                       args, false, stream);
 }
 
 void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
