@@ -515,14 +515,14 @@ const char* decode_pair_trace_event(int warpgroup, int event, MlaDecodeSchedule 
   // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the chain order): the
   // warpgroups run different steps (warpgroup 0 first, on page a; warpgroup 1 on page b).
   static constexpr const char* kChainEvents[2][kDecodePairTraceEvents] = {
-      {"pair start (S_a done)", "(m_a, α_a) published", "P_a·V_a issued",
-       "P_a·V_a done, half 0 of a freed", "(m_b, α_b) received", "P_a·α_b published",
-       "P_b received", "P_b·V_b issued", "S_a+2 blocks 0-3 landed and issued",
-       "P_b·V_b done, half 0 of b freed", "S_a+2 blocks 4-8 landed and issued"},
-      {"pair start (S_b done)", "(m_a, α_a) received", "(m_b, α_b) published",
-       "P_b stored, P_b·V_b issued", "P_a received", "P_a·V_a issued",
-       "P_b·V_b done, half 1 of b freed", "P_a·V_a done, half 1 of a freed",
-       "S_b+2 blocks 4-7 landed and issued", "S_b+2 all blocks landed and issued", "S_b+2 done"}};
+      {"pair start (S_a done)", "P_a stored", "(m_a, α_a) published", "P_a·V_a issued",
+       "P_a·V_a done, half 0 of a freed", "(m_b, α_b) received", "P_b·V_b issued",
+       "S_a+2 blocks 0-3 landed and issued", "P_b·V_b done, half 0 of b freed",
+       "S_a+2 blocks 4-8 landed and issued", "S_a+2 done"},
+      {"pair start (S_b done)", "(m_a, α_a) received", "P_a·V_a issued", "P_b stored",
+       "(m_b, α_b) published", "P_a·V_a done, half 1 of a freed", "P_b·V_b issued",
+       "P_b·V_b done, half 1 of b freed", "S_b+2 blocks 4-7 landed and issued",
+       "S_b+2 all blocks landed and issued", "S_b+2 done"}};
   if (order == MlaDecodeSchedule::kSeesawChain) return kChainEvents[warpgroup][event];
   // The pairs order: both warpgroups run the same steps, on their own page (a: warpgroup 0, b:
   // warpgroup 1).

@@ -528,8 +528,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto wait_half = [&](int j, int h) {
         tma::wait_parity(half_barrier(j, h), ((base + j) >> 1) & 1);
       };
+      // The cache page ids of pages 2i + 2 and 2i + 3 (next_page_ids[0], [1]), read from the
+      // block table at the start of pair i, well before a release issues those pages: read at the
+      // release, the block table's latency was part of every page's wait.
+      int next_page_ids[2] = {0, 0};
+      auto read_next_page_ids = [&](int i) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if (2 * i + 2 + k < num_pages)
+            next_page_ids[k] = page_id_of(args, batch_index, piece.page_begin + 2 * i + 2 + k);
+        }
+      };
       // This warp is done with its warpgroup's half of page j (and, for the other's page, the
-      // rope block holding P): count it; the fourth warp issues that half of page j + 2.
+      // rope block holding P): count it; the fourth warp issues that half of page j + 2 (its id
+      // read by read_next_page_ids()).
       auto release_half = [&](int j) {
         if (lane == 0) {
           const uint32_t cta_page = base + j;
@@ -537,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
           if (before % 4 == 3 && j + 2 < num_pages) {
             __threadfence_block();
-            issue_half(j + 2, group, page_id_of(args, batch_index, piece.page_begin + j + 2));
+            issue_half(j + 2, group, (j & 1) != 0 ? next_page_ids[1] : next_page_ids[0]);
           }
         }
         __syncwarp();
@@ -588,18 +600,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      // P of page j into its rope block (free once S_j is done), swizzled like a tile block.
+      // P of page j into its rope block (free once S_j is done).
       auto store_p = [&](int j, const uint32_t(&p_frag)[16]) {
-        uint8_t* rope = smem.kv[(base + j) & 1] + 8 * kColumnBlockBytes;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = my_rows[h];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const uint32_t offset = row * 128 + ((k ^ (row & 7)) << 4) + (lane & 3) * 4;
-            *reinterpret_cast<uint32_t*>(rope + offset) = p_frag[2 * k + h];
-          }
-        }
+        store_p_at(smem.kv[(base + j) & 1] + 8 * kColumnBlockBytes, p_frag);
       };
       // The pair's max exchange: each warpgroup's page max per row (before the running max).
       auto publish_page_max = [&](const float(&m)[2]) {
@@ -655,7 +658,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
-        if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
+        if (i > 0) release_half(group == 0 ? a - 1 : a - 2);  // issues page a or b: ids of pair i
+        read_next_page_ids(i);
         trace(i, 1);
         if (kFull || group == 0) {
           float s_acc[32];
@@ -715,30 +719,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (; 2 * i + 1 < num_pages; ++i) pair(i, kYes);
         if (2 * i < num_pages) pair(i, kNo);
       } else {
-        // The chain order (after FlashMLA's published schedule): pair i is pages a = 2i
-        // (warpgroup 0's) and b = 2i + 1 (warpgroup 1's), as above, but the two warpgroups run
-        // one after the other instead of side by side, and each page's halves are freed and
-        // reloaded as soon as their last reader is done, block by block, in the middle of the
-        // pair:
-        //   warpgroup 0: softmax of S_a in the running max m_a; publishes (m_a, α_a); P_a·V_a
-        //                (its half, P from registers); frees half 0 of page a (page a + 2's
-        //                blocks 0-3 start loading); takes (m_b, α_b) from warpgroup 1; writes
-        //                P_a·α_b to the P buffer; O·α_b + P_b·V_b (P_b from page b's rope
-        //                block); S_{a+2} on blocks 0-3; frees half 0 of page b; S_{a+2} on
-        //                blocks 4-8.
-        //   warpgroup 1: takes (m_a, α_a); softmax of S_b in m_b = max(m_a, max S_b);
-        //                publishes (m_b, α_b); P_b into page b's rope block; O·α_a·α_b +
-        //                P_b·V_b (registers) + P_a·V_a (the P buffer); frees half 1 of page b,
-        //                then half 1 of page a; S_{b+2}, blocks 4-7 first.
+        // The chain order: pair i is pages a = 2i (warpgroup 0's) and b = 2i + 1 (warpgroup
+        // 1's), as above, but the two warpgroups run one after the other, and each page's halves
+        // are freed and reloaded as soon as their last reader is done, block by block, in the
+        // middle of the pair (FlashMLA's published schedule does both; its P_a is rescaled to
+        // m_b before warpgroup 1 reads it, which keeps page a's second half until late in the
+        // pair, so here warpgroup 1 takes P_a in m_a's frame first):
+        //   warpgroup 0: softmax of S_a in the running max m_a; P_a into the P buffer;
+        //                publishes (m_a, α_a); O·α_a + P_a·V_a (its half, P from registers);
+        //                frees half 0 of page a (page a + 2's blocks 0-3 start loading); takes
+        //                (m_b, α_b); O·α_b + P_b·V_b (P_b from page b's rope block); S_{a+2} on
+        //                blocks 0-3; frees half 0 of page b; S_{a+2} on blocks 4-8.
+        //   warpgroup 1: takes (m_a, α_a); O·α_a + P_a·V_a (the P buffer); softmax of S_b in
+        //                m_b = max(m_a, max S_b) under it; P_b into page b's rope block;
+        //                publishes (m_b, α_b); frees half 1 of page a once P_a·V_a is done;
+        //                O·α_b + P_b·V_b (registers); frees half 1 of page b; S_{b+2}, blocks
+        //                4-7 first.
         // So one warpgroup's softmax runs under the other's P·V, and a page's blocks arrive
         // while the pair still computes. Each S waits for its blocks one at a time (one mbarrier
         // and one wgmma group per block), in the order they were freed. Named barriers:
-        // kPairsMaxBarrier + g: warpgroup g's (m, α) published; kPairsPBarrier: P_a·α_b in the P
-        // buffer; kPairsPBarrier + 1: P_b in page b's rope block and warpgroup 1's P·Vs issued.
-        // Every shared slot is rewritten only after its last reader has passed a barrier that
-        // the writer waits for: (m_a, α_a) by warpgroup 0 after kPairsPBarrier + 1; (m_b, α_b)
-        // by warpgroup 1 after kPairsMaxBarrier; the P buffer after kPairsMaxBarrier + 1, which
-        // warpgroup 1 gives after its P·V of the previous pair completed.
+        // kPairsMaxBarrier + g: warpgroup g's (m, α) published (with P_a in the P buffer, P_b
+        // in page b's rope block). Every shared slot is rewritten only after its last reader is
+        // done: (m_a, α_a) by warpgroup 0 after taking (m_b, α_b), which warpgroup 1 publishes
+        // after reading (m_a, α_a); (m_b, α_b) by warpgroup 1 after taking the next (m_a, α_a);
+        // the P buffer by warpgroup 0 after its S_{a+2} waited for blocks 4-8 of page a + 2,
+        // which warpgroup 1 issues only once its P_a·V_a (the buffer's reader) has completed.
         auto wait_block = [&](int j, int block) {
           tma::wait_parity(block_barrier(j, block), ((base + j) >> 1) & 1);
         };
@@ -814,125 +819,93 @@ __global__ void __launch_bounds__(kThreads, 1)
           float alpha[2], subtract[2], sum[2], page_max[2];
           uint32_t p_frag[16];
           trace(i, 0);
+          read_next_page_ids(i);
           if (group == 0) {
             mask_and_max(s_acc, a, page_max);
             advance_running_max(page_max, subtract, alpha);
-            // P_a = 2^(x · scale − m_a), kept as floats in s_acc for its rescale by α_b.
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              sum[h] = 0.f;
-#pragma unroll
-              for (int k = 0; k < 8; ++k) {
-                float& x0 = s_acc[4 * k + 2 * h];
-                float& x1 = s_acc[4 * k + 2 * h + 1];
-                x0 = ptx::fast_exp2(fmaf(x0, args.scale_log2, -subtract[h]));
-                x1 = ptx::fast_exp2(fmaf(x1, args.scale_log2, -subtract[h]));
-                sum[h] += x0 + x1;
-                p_frag[2 * k + h] = ptx::pack_bf16x2(x0, x1);
-              }
-            }
-            publish_chain(0, alpha);
+            exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
+            store_p_at(smem.p, p_frag);
+            wgmma::fence_proxy_async_shared();
             trace(i, 1);
+            publish_chain(0, alpha);
+            trace(i, 2);
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
             rescale_o(alpha);
             pv_registers(a, p_frag);
-            trace(i, 2);
+            trace(i, 3);
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             release_half(a);  // blocks 0-3 of page a + 2 start loading
-            trace(i, 3);
+            trace(i, 4);
             if constexpr (kFull) {
-              take_chain(1, alpha);  // m_b, α_b
-              trace(i, 4);
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int k = 0; k < 8; ++k) {
-                  p_frag[2 * k + h] = ptx::pack_bf16x2(s_acc[4 * k + 2 * h] * alpha[h],
-                                                       s_acc[4 * k + 2 * h + 1] * alpha[h]);
-                }
-                row_sum_part[h] *= alpha[h];
-              }
-              store_p_at(smem.p, p_frag);
-              wgmma::fence_proxy_async_shared();
-              seesaw_barrier_arrive(kPairsPBarrier, kThreads);
+              take_chain(1, alpha);  // m_b, α_b; P_b is in page b's rope block
               trace(i, 5);
-              seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b in page b's rope block
-              trace(i, 6);
+#pragma unroll
+              for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
               rescale_o(alpha);
               pv_smem(b, p_rope0 + ((base + b) & 1) * kPageBytes);
-              trace(i, 7);
+              trace(i, 6);
               if constexpr (kNextA) {
                 chain_s(a + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
-                trace(i, 8);
+                trace(i, 7);
                 wgmma::wait_group<4>();  // P_b·V_b
               } else {
                 wgmma::wait_group<0>();
               }
               seesaw_fence_operands(o_acc);
               release_half(b);  // blocks 0-3 and the rope block of page b + 2
-              trace(i, 9);
+              trace(i, 8);
               if constexpr (kNextA) {
                 chain_s(a + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
-                trace(i, 10);
+                trace(i, 9);
                 wgmma::wait_group<0>();
                 seesaw_fence_operands(s_acc);
+                trace(i, 10);
               }
-            } else {  // page a is the piece's last: warpgroup 1 takes P_a as it is, from page
-                      // a's rope block (the P buffer may still be read by its previous P·V)
-              store_p(a, p_frag);
-              wgmma::fence_proxy_async_shared();
-              seesaw_barrier_arrive(kPairsPBarrier, kThreads);
             }
-          } else if constexpr (kFull) {
-            float alpha_a[2];
-            mask_and_max(s_acc, b, page_max);
-            take_chain(0, alpha_a);  // m_a, α_a
+          } else {
+            if constexpr (kFull) mask_and_max(s_acc, b, page_max);
+            take_chain(0, alpha);  // m_a, α_a; P_a is in the P buffer
             trace(i, 1);
-            advance_running_max(page_max, subtract, alpha);
-            publish_chain(1, alpha);
-            trace(i, 2);
-            exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
-            store_p(b, p_frag);
-            wgmma::fence_proxy_async_shared();
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              alpha[h] *= alpha_a[h];
-              row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-            }
-            rescale_o(alpha);
-            pv_registers(b, p_frag);
-            trace(i, 3);
-            seesaw_barrier_sync(kPairsPBarrier, kThreads);  // P_a·α_b in the P buffer
-            trace(i, 4);
-            pv_smem(a, p_smem);
-            seesaw_barrier_arrive(kPairsPBarrier + 1, kThreads);
-            trace(i, 5);
-            wgmma::wait_group<1>();  // P_b·V_b
-            seesaw_fence_operands(o_acc);
-            release_half(b);  // blocks 4-7 of page b + 2
-            trace(i, 6);
-            wgmma::wait_group<0>();
-            seesaw_fence_operands(o_acc);
-            release_half(a);  // blocks 4-8 of page a + 2
-            trace(i, 7);
-            if constexpr (kNextB) {
-              chain_s(b + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
-              trace(i, 8);
-              chain_s(b + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
-              trace(i, 9);
-              wgmma::wait_group<0>();
-              seesaw_fence_operands(s_acc);
-              trace(i, 10);
-            }
-          } else {  // warpgroup 1 when page a is the piece's last: P_a·V_a only
-            take_chain(0, alpha);
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
             rescale_o(alpha);
-            seesaw_barrier_sync(kPairsPBarrier, kThreads);  // P_a in page a's rope block
-            pv_smem(a, p_rope0 + ((base + a) & 1) * kPageBytes);
+            pv_smem(a, p_smem);
+            trace(i, 2);
+            if constexpr (kFull) {  // the softmax of S_b runs under P_a·V_a
+              advance_running_max(page_max, subtract, alpha);
+              exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
+              store_p(b, p_frag);
+              wgmma::fence_proxy_async_shared();
+              trace(i, 3);
+              publish_chain(1, alpha);
+              trace(i, 4);
+            }
+            wgmma::wait_group<0>();  // P_a·V_a
+            seesaw_fence_operands(o_acc);
+            release_half(a);  // blocks 4-8 of page a + 2
+            trace(i, 5);
+            if constexpr (kFull) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+              rescale_o(alpha);
+              pv_registers(b, p_frag);
+              trace(i, 6);
+              wgmma::wait_group<0>();
+              seesaw_fence_operands(o_acc);
+              release_half(b);  // blocks 4-7 of page b + 2
+              trace(i, 7);
+              if constexpr (kNextB) {
+                chain_s(b + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
+                trace(i, 8);
+                chain_s(b + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
+                trace(i, 9);
+                wgmma::wait_group<0>();
+                seesaw_fence_operands(s_acc);
+                trace(i, 10);
+              }
+            }
           }
         };
         // Each warpgroup's S of its first page, then the pairs.
