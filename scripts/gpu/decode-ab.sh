@@ -1,59 +1,60 @@
-#!/ usr / bin / env bash
-#Runs ON the lent H200 : the decode kernels of this tree("tree") against the revisions bundled by
-#scripts / gpu / bundle - ab.sh(.carry / ab / <name> /), \
-    measured the way docs / kernels / mla_decode.md
-#("Ninth session") found trustworthy.The same row moves by up to 8 % between processes, and
-#the whole machine by a few per cent between calls, so nothing here compares times across calls:
-# 1. builds the tree for sm_90a(and each revision's `mla` alongside) and runs the whole GPU
-#label on the tree;
-# 2. whole sweeps(`mla bench decode -- kernel all`, ~5 s each), the builds alternating, judged
-#by fast / baseline per row(baseline's code is the same in every build);
-# 3. single rows in alternating processes, fast / baseline from one interleaved run each;
-# 4. optionally the pairs order's trace of the tree on some rows;
-# 5. scripts / gpu / ab_summary.py : each build against the first revision, medians per row and
-#geometric means per row class.
-#Output under $OUT(the machine returns at most 8 files) : build.log, ptxas.txt, ab.log(all
-#that is printed), ab - summary.txt, and sweeps - < name>.json per build(a list of sweep objects).
-#Environment : MLA_AB_SWEEPS(sweeps per build, default 2), MLA_AB_REPS(repetitions of the
-#rows, default 3), MLA_AB_ROWS(b, s_q, h_q, s_k..., default : seven compute - and memory - bound
-#rows), MLA_AB_TRACE(rows to trace, default none), MLA_AB_TIMELINE(rows whose phase timeline
-# `mla bench decode -- timeline` prints, default none), MLA_AB_SKIP_TESTS = 1(not for a call whose
-#results decide anything : the rule is the whole GPU label on every call).
-#MLA_AB_ENV = "name:VAR=VALUE[,VAR=VALUE] ..." : the tree's `mla` run under each environment as its
-#own build(e.g."pairs:MLA_DECODE_SEESAW=4 lockstep:MLA_DECODE_SEESAW=0"; the first is then the
-#reference), instead of the plain tree.MLA_AB_NCU = "b,s_q,h_q,s_k ..." : per build and row,
-#Nsight Compute 's DRAM bytes read, L2 hit rate and duration of fast' s split - KV kernel(one launch
-#after the first; caches flushed before it, clocks as found).MLA_AB_NCU_METRICS = "m1,m2,...":
-#other metrics for those rows(kept to the names this machine's ncu lists, the rest reported).
-#Needs.carry / from scripts / gpu / bundle - deps.sh.Never changes GPU settings.
-set - uo pipefail cd "$(dirname " $0 ")/../.." || exit 1 source scripts / gpu / common.sh out =
-    "${OUT:-/tmp/mla-out}" mkdir - p
-    "$out" sweeps = "${MLA_AB_SWEEPS:-2}" reps = "${MLA_AB_REPS:-3}" rows =
-        "${MLA_AB_ROWS:-128,2,128,8192 32,2,128,4096 128,1,128,1024 128,1,128,8192 128,2,64,4096 "
-        "128,1,64,8192 128,1,16,4096}" work = "build-ab-work" rm - rf "$work" mkdir -
-                                              p "$work"
+#!/usr/bin/env bash
+# Runs ON the lent H200: the decode kernels of this tree ("tree") against the revisions bundled by
+# scripts/gpu/bundle-ab.sh (.carry/ab/<name>/), measured the way docs/kernels/mla_decode.md
+# ("Ninth session") found trustworthy. The same row moves by up to 8 % between processes, and
+# the whole machine by a few per cent between calls, so nothing here compares times across calls:
+#   1. builds the tree for sm_90a (and each revision's `mla` alongside) and runs the whole GPU
+#      label on the tree;
+#   2. whole sweeps (`mla bench decode --kernel all`, ~5 s each), the builds alternating, judged
+#      by fast/baseline per row (baseline's code is the same in every build);
+#   3. single rows in alternating processes, fast/baseline from one interleaved run each;
+#   4. optionally the pairs order's trace of the tree on some rows;
+#   5. scripts/gpu/ab_summary.py: each build against the first revision, medians per row and
+#      geometric means per row class.
+# Output under $OUT (the machine returns at most 8 files): build.log, ptxas.txt, ab.log (all
+# that is printed), ab-summary.txt, and sweeps-<name>.json per build (a list of sweep objects).
+# Environment: MLA_AB_SWEEPS (sweeps per build, default 2), MLA_AB_REPS (repetitions of the
+# rows, default 3), MLA_AB_ROWS (b,s_q,h_q,s_k ..., default: seven compute- and memory-bound
+# rows), MLA_AB_TRACE (rows to trace, default none), MLA_AB_TIMELINE (rows whose phase timeline
+# `mla bench decode --timeline` prints, default none), MLA_AB_SKIP_TESTS=1 (not for a call whose
+# results decide anything: the rule is the whole GPU label on every call).
+# MLA_AB_ENV="name:VAR=VALUE[,VAR=VALUE] ...": the tree's `mla` run under each environment as its
+# own build (e.g. "pairs:MLA_DECODE_SEESAW=4 lockstep:MLA_DECODE_SEESAW=0"; the first is then the
+# reference), instead of the plain tree. MLA_AB_NCU="b,s_q,h_q,s_k ...": per build and row,
+# Nsight Compute's DRAM bytes read, L2 hit rate and duration of fast's split-KV kernel (one launch
+# after the first; caches flushed before it, clocks as found). MLA_AB_NCU_METRICS="m1,m2,...":
+# other metrics for those rows (kept to the names this machine's ncu lists, the rest reported).
+# Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+source scripts/gpu/common.sh
+out="${OUT:-/tmp/mla-out}"
+mkdir -p "$out"
+sweeps="${MLA_AB_SWEEPS:-2}"
+reps="${MLA_AB_REPS:-3}"
+rows="${MLA_AB_ROWS:-128,2,128,8192 32,2,128,4096 128,1,128,1024 128,1,128,8192 128,2,64,4096 128,1,64,8192 128,1,16,4096}"
+work="build-ab-work"
+rm -rf "$work"
+mkdir -p "$work"
 
-                                              main() {
-  local t0 t0 =
-      $(date + % s) date - u echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)" if !{
-    mla_gpu_configure.build - gpu - DMLA_BUILD_PYTHON =
-        OFF && cmake-- build build - gpu - j "$(nproc)";
-  }
-  > "$out/build.log" 2 > &1;
-  then echo "BUILD FAILED" grep - E
-          "error"
-          "$out/build.log" |
-      head - 20 return 1 fi grep -
-              E
-              "Compiling entry|registers|spill|C75[0-9][0-9]"
-              "$out/build.log" >
-          "$out/ptxas.txt" echo "tree built ($(($(date +%s) - t0)) s)"
+main() {
+  local t0
+  t0=$(date +%s)
+  date -u
+  echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)"
+  if ! { mla_gpu_configure . build-gpu -DMLA_BUILD_PYTHON=OFF && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+    echo "BUILD FAILED"
+    grep -E "error" "$out/build.log" | head -20
+    return 1
+  fi
+  grep -E "Compiling entry|registers|spill|C75[0-9][0-9]" "$out/build.log" >"$out/ptxas.txt"
+  echo "tree built ($(($(date +%s) - t0)) s)"
 
-#Each build is "tag:binary:environment"(VAR = VALUE pairs joined by commas, or nothing).
-          local builds = ("tree:build-gpu/mla:")dir name variant if[-n "${MLA_AB_ENV:-}"]; then
+  # Each build is "tag:binary:environment" (VAR=VALUE pairs joined by commas, or nothing).
+  local builds=("tree:build-gpu/mla:") dir name variant
+  if [ -n "${MLA_AB_ENV:-}" ]; then
     builds=()
-    for variant in $MLA_AB_ENV;
-  do builds += ("${variant%%:*}:build-gpu/mla:${variant#*:}"); done
+    for variant in $MLA_AB_ENV; do builds+=("${variant%%:*}:build-gpu/mla:${variant#*:}"); done
   fi
   for dir in .carry/ab/*/; do
     [ -d "$dir" ] || continue
