@@ -81,16 +81,6 @@ __device__ __forceinline__ void load_4d(uint32_t dst_smem, const void* tensor_ma
       : "memory");
 }
 
-// L2 prefetch of one 4-D tiled box of `tensor_map` (no shared memory, no barrier): the box's lines
-// are brought into L2 for a later load_4d().
-__device__ __forceinline__ void prefetch_l2_4d(const void* tensor_map, int c0, int c1, int c2,
-                                               int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(tensor_map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 // 5-D tiled copy global → shared, as load_4d().
 __device__ __forceinline__ void load_5d(uint32_t dst_smem, const void* tensor_map, uint32_t barrier,
                                         int c0, int c1, int c2, int c3, int c4, uint64_t policy) {

@@ -37,9 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // kFast's seesaw, pairs order: thread 0 prefetches into L2 the pages this many pages ahead of
-  // each pair (0: none; MLA_DECODE_L2_PREFETCH, for measuring).
-  int l2_prefetch_pages = 0;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

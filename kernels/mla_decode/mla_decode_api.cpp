@@ -142,11 +142,6 @@ bool query_tile_map_spec(const MlaDecodeParams& params, int heads_per_kv,
 
 // The seesaw's query tiles by TMA where they apply, unless the environment's MLA_DECODE_QUERY_TMA
 // is 0 (read once per process, for measuring).
-int l2_prefetch_pages_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_L2_PREFETCH", 64);
-  return from_environment > 0 ? static_cast<int>(from_environment) : 0;
-}
-
 bool query_tma_from_environment() {
   static const int64_t from_environment = environment_count("MLA_DECODE_QUERY_TMA", 1);
   return from_environment != 0;
@@ -430,7 +425,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       query_tma_from_environment() &&
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
-  args.l2_prefetch_pages = 2 * (l2_prefetch_pages_from_environment() / 2);  // whole pairs
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);

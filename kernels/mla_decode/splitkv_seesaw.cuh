@@ -625,18 +625,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           float sum[2];
           issue_s(s_acc, own);
           trace(i, 2);
-          if (tid == 0 && args.l2_prefetch_pages > 0) {  // under S: pages of a later pair to L2
-#pragma unroll 1
-            for (int k = 0; k < 2; ++k) {
-              const int page = 2 * i + args.l2_prefetch_pages + k;
-              if (page < num_pages) {
-                const int page_id = page_id_of(args, batch_index, piece.page_begin + page);
-#pragma unroll 1
-                for (int block = 0; block < kChunksQK / 8; ++block)
-                  tma::prefetch_l2_4d(&args.kv_tensor_map, block * 64, 0, page_id, kv_head);
-              }
-            }
-          }
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           trace(i, 3);
