@@ -1,0 +1,188 @@
+// A diagnostic for the lent H200, built and run by scripts/gpu/tma-ingress.sh (not part of the
+// build): how fast one SM takes in TMA tiled copies shaped like the decode kernels' page blocks
+// (one 64-column block of a 64-token MLA page: 64 rows of 128 B, 1,152 B apart, the 128-byte
+// swizzle; 8 KB a box), with k boxes in flight, on one SM alone and on every SM at once, from a
+// pool of pages that fits in L2 and from one far larger than L2.
+//
+// One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
+// CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
+// median over CTAs of bytes per SM cycle (clock64 around the loop), cycles per box, and the
+// whole grid's GB/s (CUDA events). Never changes GPU settings.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    const cudaError_t error_ = (call);                                                      \
+    if (error_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_)); \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+namespace {
+
+constexpr int kCols = 576;            // bf16 columns of a cache row
+constexpr int kTokens = 64;           // rows of a page
+constexpr int kRowBytes = kCols * 2;  // 1,152
+constexpr int kPageBytes = kTokens * kRowBytes;
+constexpr int kBoxBytes = kTokens * 128;  // 64 rows × 64 columns bf16
+constexpr int kBlocksPerPage = kCols / 64;
+constexpr int kSmemBytes = 150 * 1024;  // one CTA per SM
+constexpr int kMaxInFlight = 18;
+
+__device__ uint32_t smem_u32(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+__global__ void __launch_bounds__(32)
+    ingress_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int in_flight,
+                   int boxes, unsigned long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < in_flight; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+
+  auto issue = [&](int i) {
+    const int slot = i % in_flight;
+    const uint32_t barrier = smem_u32(&barriers[slot]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
+                 "r"(kBoxBytes)
+                 : "memory");
+    // Pages spread over the pool, each page's nine blocks in order (as the kernels read them).
+    const int page = static_cast<int>((blockIdx.x * 7919u + (i / kBlocksPerPage) * 104729u) %
+                                      static_cast<unsigned>(num_pages));
+    const int column = (i % kBlocksPerPage) * 64;
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + slot * kBoxBytes)),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page), "r"(barrier)
+        : "memory");
+  };
+  auto wait = [&](int i) {
+    const uint32_t barrier = smem_u32(&barriers[i % in_flight]);
+    const uint32_t parity = (i / in_flight) & 1;
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(barrier),
+        "r"(parity)
+        : "memory");
+  };
+
+  const long long start = clock64();
+  for (int i = 0; i < boxes; ++i) {
+    if (i >= in_flight) wait(i - in_flight);
+    issue(i);
+  }
+  for (int i = boxes > in_flight ? boxes - in_flight : 0; i < boxes; ++i) wait(i);
+  cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+CUtensorMap make_map(void* pool, int num_pages) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                         cudaEnableDefault, &found));
+  if (function == nullptr) {
+    std::fprintf(stderr, "no cuTensorMapEncodeTiled in this driver\n");
+    std::exit(1);
+  }
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {kCols, kTokens, static_cast<cuuint64_t>(num_pages)};
+  const cuuint64_t strides[2] = {kRowBytes, kPageBytes};
+  const cuuint32_t box[3] = {64, kTokens, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result = reinterpret_cast<EncodeTiled>(function)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, pool, dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(result));
+    std::exit(1);
+  }
+  return map;
+}
+
+template <typename T>
+T median(std::vector<T> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  int device = 0, sms = 0, clock_khz = 0;
+  CHECK(cudaGetDevice(&device));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+  CHECK(cudaFuncSetAttribute(ingress_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes));
+  std::printf("TMA ingress: boxes of 64 rows × 128 B (8 KB, rows 1,152 B apart, 128-byte "
+              "swizzle); %d SMs, nominal SM clock %d MHz\n",
+              sms, clock_khz / 1000);
+  std::printf("%-6s %5s %9s %12s %12s %12s\n", "pool", "CTAs", "in flight", "B/cycle/SM",
+              "cycles/box", "grid GB/s");
+
+  const int boxes = kBlocksPerPage * 256;  // 2,304 boxes, 18.9 MB per CTA
+  unsigned long long* cycles = nullptr;
+  CHECK(cudaMalloc(&cycles, sizeof(unsigned long long) * sms));
+  cudaEvent_t begin, end;
+  CHECK(cudaEventCreate(&begin));
+  CHECK(cudaEventCreate(&end));
+
+  struct Pool {
+    const char* name;
+    int pages;
+  };
+  for (const Pool& pool : {Pool{"L2", 256}, Pool{"DRAM", 32768}}) {  // 18.9 MB, 2.4 GB
+    void* data = nullptr;
+    CHECK(cudaMalloc(&data, static_cast<size_t>(pool.pages) * kPageBytes));
+    CHECK(cudaMemset(data, 0, static_cast<size_t>(pool.pages) * kPageBytes));
+    const CUtensorMap map = make_map(data, pool.pages);
+    for (int ctas : {1, sms}) {
+      for (int in_flight : {1, 2, 4, 9, 18}) {
+        std::vector<double> per_sm, per_box, grid_gbs;
+        for (int run = 0; run < 6; ++run) {  // run 0 warms L2 and the clocks, not counted
+          CHECK(cudaEventRecord(begin));
+          ingress_kernel<<<ctas, 32, kSmemBytes>>>(map, pool.pages, in_flight, boxes, cycles);
+          CHECK(cudaEventRecord(end));
+          CHECK(cudaGetLastError());
+          CHECK(cudaEventSynchronize(end));
+          float ms = 0.f;
+          CHECK(cudaEventElapsedTime(&ms, begin, end));
+          std::vector<unsigned long long> host(ctas);
+          CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas,
+                           cudaMemcpyDeviceToHost));
+          if (run == 0) continue;
+          const double median_cycles = static_cast<double>(median(host));
+          per_sm.push_back(double(boxes) * kBoxBytes / median_cycles);
+          per_box.push_back(median_cycles / boxes);
+          grid_gbs.push_back(double(boxes) * kBoxBytes * ctas / (ms * 1e-3) / 1e9);
+        }
+        std::printf("%-6s %5d %9d %12.1f %12.1f %12.0f\n", pool.name, ctas, in_flight,
+                    median(per_sm), median(per_box), median(grid_gbs));
+      }
+    }
+    CHECK(cudaFree(data));
+  }
+  CHECK(cudaFree(cycles));
+  return 0;
+}
