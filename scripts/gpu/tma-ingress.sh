@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp/mla-out}"
 mkdir -p "$out"
-nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/tma-ingress scripts/gpu/tma_ingress.cu
+nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/tma-ingress scripts/gpu/tma_ingress.cu
 /tmp/tma-ingress | tee "$out/tma.txt"

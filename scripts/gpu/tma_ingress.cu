@@ -2,7 +2,8 @@
 // build): how fast one SM takes in TMA tiled copies shaped like the decode kernels' page blocks
 // (one 64-column block of a 64-token MLA page: 64 rows of 128 B, 1,152 B apart, the 128-byte
 // swizzle; 8 KB a box), with k boxes in flight, on one SM alone and on every SM at once, from a
-// pool of pages that fits in L2 and from one far larger than L2.
+// pool of pages that fits in L2 and from one far larger than L2; then in rounds, unicast boxes of
+// 64 and 32 rows and 64-row boxes multicast to 2-CTA clusters.
 //
 // One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
 // CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
@@ -90,12 +91,92 @@ __global__ void __launch_bounds__(32)
   cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
+// Rounds of `in_flight` boxes: every CTA expects the round's bytes on its barriers, the cluster
+// syncs, then each CTA issues its share of the round and waits for all of it. kMulticast (clusters
+// of 2): CTA rank r issues boxes i ≡ r (mod 2) of the round to both CTAs of the cluster, so each
+// SM's TMA unit issues half the boxes while each SM still receives all of them.
+template <bool kMulticast>
+__global__ void __launch_bounds__(32)
+    ingress_rounds_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int in_flight,
+                          int boxes, int rows, unsigned long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
+  const bool leader = threadIdx.x == 0;
+  uint32_t rank = 0;
+  if constexpr (kMulticast) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const uint32_t cluster = kMulticast ? blockIdx.x / 2 : blockIdx.x;
+  if (leader) {
+    for (int s = 0; s < in_flight; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  auto cluster_sync = [&]() {
+    if constexpr (kMulticast) {
+      asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+    } else {
+      __syncwarp();
+    }
+  };
+  cluster_sync();
+  const int box_bytes = rows * 128;
+  const long long start = clock64();
+  for (int round = 0; round * in_flight < boxes; ++round) {
+    if (leader) {
+      for (int s = 0; s < in_flight; ++s)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                         smem_u32(&barriers[s])),
+                     "r"(box_bytes)
+                     : "memory");
+    }
+    cluster_sync();  // every CTA expects this round's bytes before any is sent
+    if (leader) {
+      for (int s = 0; s < in_flight; ++s) {
+        if (kMulticast && (s & 1) != static_cast<int>(rank)) continue;
+        const int i = round * in_flight + s;
+        const int page = static_cast<int>((cluster * 7919u + (i / kBlocksPerPage) * 104729u) %
+                                          static_cast<unsigned>(num_pages));
+        const int column = (i % kBlocksPerPage) * 64;
+        const uint32_t destination = smem_u32(smem + s * kBoxBytes);
+        const uint32_t barrier = smem_u32(&barriers[s]);
+        if constexpr (kMulticast) {
+          const uint16_t mask = 0x3;
+          asm volatile(
+              "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+              ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(destination),
+              "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page),
+              "r"(barrier), "h"(mask)
+              : "memory");
+        } else {
+          asm volatile(
+              "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+              " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(destination),
+              "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page), "r"(barrier)
+              : "memory");
+        }
+      }
+      for (int s = 0; s < in_flight; ++s) {
+        asm volatile(
+            "{\n"
+            ".reg .pred done;\n"
+            "WAIT_%=:\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+            "@!done bra WAIT_%=;\n"
+            "}\n" ::"r"(smem_u32(&barriers[s])),
+            "r"(round & 1)
+            : "memory");
+      }
+    }
+  }
+  cluster_sync();  // no CTA leaves while a peer may still write into it
+  if (leader) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
+}
+
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                                  const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
                                  const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-CUtensorMap make_map(void* pool, int num_pages) {
+CUtensorMap make_map(void* pool, int num_pages, int box_rows = kTokens) {
   void* function = nullptr;
   cudaDriverEntryPointQueryResult found;
   CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
@@ -107,7 +188,7 @@ CUtensorMap make_map(void* pool, int num_pages) {
   CUtensorMap map;
   const cuuint64_t dims[3] = {kCols, kTokens, static_cast<cuuint64_t>(num_pages)};
   const cuuint64_t strides[2] = {kRowBytes, kPageBytes};
-  const cuuint32_t box[3] = {64, kTokens, 1};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult result = reinterpret_cast<EncodeTiled>(function)(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, pool, dims, strides, box, element_strides,
@@ -179,6 +260,75 @@ int main() {
         }
         std::printf("%-6s %5d %9d %12.1f %12.1f %12.0f\n", pool.name, ctas, in_flight,
                     median(per_sm), median(per_box), median(grid_gbs));
+      }
+    }
+    CHECK(cudaFree(data));
+  }
+
+  // Rounds (every CTA waits for a whole round before the next): unicast boxes of 64 and 32 rows,
+  // and 64-row boxes multicast to clusters of 2; L2-resident pool, every SM.
+  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<true>,
+                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  std::printf("\nrounds of k boxes, L2 pool, %d CTAs (bytes received per SM)\n", sms);
+  std::printf("%-22s %9s %12s %12s %12s\n", "variant", "in flight", "B/cycle/SM", "cycles/box",
+              "grid GB/s");
+  {
+    const int pages = 256;
+    void* data = nullptr;
+    CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
+    CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
+    struct Variant {
+      const char* name;
+      int rows;
+      bool multicast;
+    };
+    for (const Variant& v : {Variant{"unicast, 64 rows", 64, false},
+                             Variant{"unicast, 32 rows", 32, false},
+                             Variant{"multicast x2, 64 rows", 64, true}}) {
+      const CUtensorMap map = make_map(data, pages, v.rows);
+      for (int in_flight : {2, 9, 18}) {
+        std::vector<double> per_sm, per_box, grid_gbs;
+        const int ctas = sms - sms % 2;
+        for (int run = 0; run < 6; ++run) {
+          cudaLaunchConfig_t config = {};
+          config.gridDim = dim3(ctas);
+          config.blockDim = dim3(32);
+          config.dynamicSmemBytes = kSmemBytes;
+          cudaLaunchAttribute attribute[1];
+          attribute[0].id = cudaLaunchAttributeClusterDimension;
+          attribute[0].val.clusterDim.x = v.multicast ? 2 : 1;
+          attribute[0].val.clusterDim.y = 1;
+          attribute[0].val.clusterDim.z = 1;
+          config.attrs = attribute;
+          config.numAttrs = 1;
+          CHECK(cudaEventRecord(begin));
+          if (v.multicast) {
+            CHECK(cudaLaunchKernelEx(&config, ingress_rounds_kernel<true>, map, pages, in_flight,
+                                     boxes, v.rows, cycles));
+          } else {
+            CHECK(cudaLaunchKernelEx(&config, ingress_rounds_kernel<false>, map, pages, in_flight,
+                                     boxes, v.rows, cycles));
+          }
+          CHECK(cudaEventRecord(end));
+          CHECK(cudaEventSynchronize(end));
+          float ms = 0.f;
+          CHECK(cudaEventElapsedTime(&ms, begin, end));
+          std::vector<unsigned long long> host(ctas);
+          CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas,
+                           cudaMemcpyDeviceToHost));
+          if (run == 0) continue;
+          const double bytes = double(boxes) * v.rows * 128;  // received per CTA
+          const double median_cycles = static_cast<double>(median(host));
+          per_sm.push_back(bytes / median_cycles);
+          per_box.push_back(median_cycles / boxes);
+          grid_gbs.push_back(bytes * ctas / (ms * 1e-3) / 1e9);
+        }
+        std::printf("%-22s %9d %12.1f %12.1f %12.0f\n", v.name, in_flight, median(per_sm),
+                    median(per_box), median(grid_gbs));
       }
     }
     CHECK(cudaFree(data));
