@@ -3,7 +3,8 @@
 // (one 64-column block of a 64-token MLA page: 64 rows of 128 B, 1,152 B apart, the 128-byte
 // swizzle; 8 KB a box), with k boxes in flight, on one SM alone and on every SM at once, from a
 // pool of pages that fits in L2 and from one far larger than L2; then in rounds, unicast boxes of
-// 64 and 32 rows and 64-row boxes multicast to 2-CTA clusters.
+// 64 and 32 rows and 64-row boxes multicast to 2-CTA clusters; then boxes of 1, 3 and 9 column
+// blocks through a 4-D view of the pool (one TMA instruction for a third of a page or all of it).
 //
 // One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
 // CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
@@ -18,13 +19,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    const cudaError_t error_ = (call);                                                      \
-    if (error_ != cudaSuccess) {                                                            \
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    const cudaError_t error_ = (call);                                                     \
+    if (error_ != cudaSuccess) {                                                           \
       std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
 namespace {
@@ -43,8 +44,8 @@ __device__ uint32_t smem_u32(const void* pointer) {
 }
 
 __global__ void __launch_bounds__(32)
-    ingress_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int in_flight,
-                   int boxes, unsigned long long* cycles) {
+    ingress_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int in_flight, int boxes,
+                   unsigned long long* cycles) {
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
   if (threadIdx.x != 0) return;
@@ -143,8 +144,8 @@ __global__ void __launch_bounds__(32)
           asm volatile(
               "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
               ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(destination),
-              "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page),
-              "r"(barrier), "h"(mask)
+              "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page), "r"(barrier),
+              "h"(mask)
               : "memory");
         } else {
           asm volatile(
@@ -169,6 +170,57 @@ __global__ void __launch_bounds__(32)
   }
   cluster_sync();  // no CTA leaves while a peer may still write into it
   if (leader) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
+}
+
+// Boxes of several column blocks at once through a 4-D view of the pool {64 columns, 64 tokens,
+// 9 column blocks, pages} (byte strides 1,152, 128 and the page's): a box of `blocks` blocks lands
+// as `blocks` consecutive 8 KB blocks, each 64 rows of 128 B with the 128-byte swizzle, the
+// layout the decode kernels' wgmma reads. Pipelined as ingress_kernel.
+__global__ void __launch_bounds__(32)
+    ingress_blocks_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int in_flight,
+                          int blocks, int boxes, unsigned long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < in_flight; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  const int box_bytes = blocks * kBoxBytes;
+  const int boxes_per_page = kBlocksPerPage / blocks;
+  auto issue = [&](int i) {
+    const int slot = i % in_flight;
+    const uint32_t barrier = smem_u32(&barriers[slot]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
+                 "r"(box_bytes)
+                 : "memory");
+    const int page = static_cast<int>((blockIdx.x * 7919u + (i / boxes_per_page) * 104729u) %
+                                      static_cast<unsigned>(num_pages));
+    const int first_block = (i % boxes_per_page) * blocks;
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(smem + slot * box_bytes)),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(0), "r"(first_block), "r"(page),
+        "r"(barrier)
+        : "memory");
+  };
+  auto wait = [&](int i) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(smem_u32(&barriers[i % in_flight])),
+        "r"((i / in_flight) & 1)
+        : "memory");
+  };
+  const long long start = clock64();
+  for (int i = 0; i < boxes; ++i) {
+    if (i >= in_flight) wait(i - in_flight);
+    issue(i);
+  }
+  for (int i = boxes > in_flight ? boxes - in_flight : 0; i < boxes; ++i) wait(i);
+  cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
@@ -201,6 +253,29 @@ CUtensorMap make_map(void* pool, int num_pages, int box_rows = kTokens) {
   return map;
 }
 
+// The pool as {64 columns, 64 tokens, 9 column blocks, pages}, boxes of `blocks` blocks; false
+// (and a line saying so) when the driver refuses the view's strides.
+bool make_blocks_map(void* pool, int num_pages, int blocks, CUtensorMap* map) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                         cudaEnableDefault, &found));
+  const cuuint64_t dims[4] = {64, kTokens, kBlocksPerPage, static_cast<cuuint64_t>(num_pages)};
+  const cuuint64_t strides[3] = {kRowBytes, 128, kPageBytes};
+  const cuuint32_t box[4] = {64, kTokens, static_cast<cuuint32_t>(blocks), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = reinterpret_cast<EncodeTiled>(function)(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, pool, dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    std::printf("the driver refuses the block view with boxes of %d blocks (CUresult %d)\n", blocks,
+                static_cast<int>(result));
+    return false;
+  }
+  return true;
+}
+
 template <typename T>
 T median(std::vector<T> values) {
   std::sort(values.begin(), values.end());
@@ -216,9 +291,10 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
   CHECK(cudaFuncSetAttribute(ingress_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kSmemBytes));
-  std::printf("TMA ingress: boxes of 64 rows × 128 B (8 KB, rows 1,152 B apart, 128-byte "
-              "swizzle); %d SMs, nominal SM clock %d MHz\n",
-              sms, clock_khz / 1000);
+  std::printf(
+      "TMA ingress: boxes of 64 rows × 128 B (8 KB, rows 1,152 B apart, 128-byte "
+      "swizzle); %d SMs, nominal SM clock %d MHz\n",
+      sms, clock_khz / 1000);
   std::printf("%-6s %5s %9s %12s %12s %12s\n", "pool", "CTAs", "in flight", "B/cycle/SM",
               "cycles/box", "grid GB/s");
 
@@ -286,9 +362,9 @@ int main() {
       int rows;
       bool multicast;
     };
-    for (const Variant& v : {Variant{"unicast, 64 rows", 64, false},
-                             Variant{"unicast, 32 rows", 32, false},
-                             Variant{"multicast x2, 64 rows", 64, true}}) {
+    for (const Variant& v :
+         {Variant{"unicast, 64 rows", 64, false}, Variant{"unicast, 32 rows", 32, false},
+          Variant{"multicast x2, 64 rows", 64, true}}) {
       const CUtensorMap map = make_map(data, pages, v.rows);
       for (int in_flight : {2, 9, 18}) {
         std::vector<double> per_sm, per_box, grid_gbs;
@@ -330,6 +406,50 @@ int main() {
         std::printf("%-22s %9d %12.1f %12.1f %12.0f\n", v.name, in_flight, median(per_sm),
                     median(per_box), median(grid_gbs));
       }
+    }
+    CHECK(cudaFree(data));
+  }
+  // Several blocks per box, pipelined, L2 pool, every SM; the first line repeats the 8 KB box.
+  CHECK(cudaFuncSetAttribute(ingress_blocks_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes));
+  std::printf("\nboxes of several 64-column blocks (one TMA instruction each), L2 pool, %d CTAs\n",
+              sms);
+  std::printf("%-8s %9s %12s %14s %12s\n", "blocks", "in flight", "B/cycle/SM", "cycles/8 KB",
+              "grid GB/s");
+  {
+    const int pages = 256;
+    void* data = nullptr;
+    CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
+    CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
+    struct Shape {
+      int blocks, in_flight;
+    };
+    for (const Shape& shape : {Shape{1, 18}, Shape{3, 6}, Shape{9, 1}, Shape{9, 2}}) {
+      CUtensorMap map;
+      if (!make_blocks_map(data, pages, shape.blocks, &map)) continue;
+      const int box_count = boxes / shape.blocks;
+      std::vector<double> per_sm, per_block, grid_gbs;
+      for (int run = 0; run < 6; ++run) {
+        CHECK(cudaEventRecord(begin));
+        ingress_blocks_kernel<<<sms, 32, kSmemBytes>>>(map, pages, shape.in_flight, shape.blocks,
+                                                       box_count, cycles);
+        CHECK(cudaEventRecord(end));
+        CHECK(cudaGetLastError());
+        CHECK(cudaEventSynchronize(end));
+        float ms = 0.f;
+        CHECK(cudaEventElapsedTime(&ms, begin, end));
+        std::vector<unsigned long long> host(sms);
+        CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * sms,
+                         cudaMemcpyDeviceToHost));
+        if (run == 0) continue;
+        const double bytes = double(box_count) * shape.blocks * kBoxBytes;
+        const double median_cycles = static_cast<double>(median(host));
+        per_sm.push_back(bytes / median_cycles);
+        per_block.push_back(median_cycles / (box_count * shape.blocks));
+        grid_gbs.push_back(bytes * sms / (ms * 1e-3) / 1e9);
+      }
+      std::printf("%-8d %9d %12.1f %14.1f %12.0f\n", shape.blocks, shape.in_flight, median(per_sm),
+                  median(per_block), median(grid_gbs));
     }
     CHECK(cudaFree(data));
   }
