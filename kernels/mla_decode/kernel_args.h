@@ -37,13 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // Experiment (MLA_DECODE_PAGE_BOXES=1): pages copied by fewer, larger TMA boxes through the view
-  // {64 columns, 64 tokens, 9 column blocks, pages, h_kv} (byte strides token, 128, page, head):
-  // kv_page_map's box is a whole page (9 blocks, one instruction), kv_half_map's 4 blocks. Each
-  // lands as consecutive 8 KB blocks in the layout the 64-column boxes give.
-  bool page_boxes = false;
-  CUtensorMap kv_page_map = {};
-  CUtensorMap kv_half_map = {};
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

@@ -416,30 +416,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     spec.box[2] = 1;
     spec.box[3] = 1;
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
-    static const bool page_boxes = environment_count("MLA_DECODE_PAGE_BOXES", 1) == 1;
-    args.page_boxes = page_boxes && fast;  // kBaseline keeps 64-column boxes (the A/B reference)
-    if (args.page_boxes) {
-      cuda::TensorMapBf16Spec view;
-      view.base = params.kv_cache;
-      view.rank = 5;
-      view.dims[0] = 64;
-      view.dims[1] = kPageSize;
-      view.dims[2] = kHeadDimQK / 64;
-      view.dims[3] = static_cast<uint64_t>(params.num_pages);
-      view.dims[4] = static_cast<uint64_t>(params.num_heads_kv);
-      view.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
-      view.strides_bytes[1] = 128;
-      view.strides_bytes[2] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
-      view.strides_bytes[3] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
-      view.box[0] = 64;
-      view.box[1] = kPageSize;
-      view.box[2] = kHeadDimQK / 64;
-      view.box[3] = 1;
-      view.box[4] = 1;
-      args.kv_page_map = cuda::make_tensor_map_bf16(view);
-      view.box[2] = 4;
-      args.kv_half_map = cuda::make_tensor_map_bf16(view);
-    }
   }
   // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
   // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).

@@ -33,16 +33,6 @@ __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, 
                                                   uint32_t barrier, int page_id, int kv_head,
                                                   uint32_t block_mask, uint64_t l2_policy) {
   tma::arrive_expect_bytes(barrier, __popc(block_mask) * kColumnBlockBytes);
-  if (args.page_boxes) {  // whole runs of four blocks as one box each
-#pragma unroll
-    for (int first = 0; first < 8; first += 4) {
-      if (((block_mask >> first) & 0xFu) == 0xFu) {
-        tma::load_5d(stage_smem + first * kColumnBlockBytes, &args.kv_half_map, barrier, 0, 0,
-                     first, page_id, kv_head, l2_policy);
-        block_mask &= ~(0xFu << first);
-      }
-    }
-  }
 #pragma unroll
   for (int block = 0; block < kChunksQK / 8; ++block) {
     if ((block_mask >> block) & 1u)
@@ -57,11 +47,6 @@ __device__ __forceinline__ void issue_page_id(const DecodeKernelArgs& args, uint
                                               uint32_t barrier, int page_id, int kv_head,
                                               uint64_t l2_policy) {
   static_assert(kChunksQK / 8 * kColumnBlockBytes == kPageBytes);
-  if (args.page_boxes) {  // one box
-    tma::arrive_expect_bytes(barrier, kPageBytes);
-    tma::load_5d(stage_smem, &args.kv_page_map, barrier, 0, 0, 0, page_id, kv_head, l2_policy);
-    return;
-  }
   issue_page_blocks(args, stage_smem, barrier, page_id, kv_head, (1u << (kChunksQK / 8)) - 1,
                     l2_policy);
 }
