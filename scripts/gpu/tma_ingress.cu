@@ -4,7 +4,9 @@
 // swizzle; 8 KB a box), with k boxes in flight, on one SM alone and on every SM at once, from a
 // pool of pages that fits in L2 and from one far larger than L2; then in rounds, unicast boxes of
 // 64 and 32 rows and 64-row boxes multicast to 2-CTA clusters; then boxes of 1, 3 and 9 column
-// blocks through a 4-D view of the pool (one TMA instruction for a third of a page or all of it).
+// blocks through a 4-D view of the pool (one TMA instruction for a third of a page or all of it);
+// then 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA (added after the thirteenth session's
+// last device call: not yet run).
 //
 // One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
 // CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
@@ -221,6 +223,60 @@ __global__ void __launch_bounds__(32)
   }
   for (int i = boxes > in_flight ? boxes - in_flight : 0; i < boxes; ++i) wait(i);
   cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
+}
+
+// The 8 KB boxes issued by `warps` warps at once (lane 0 of each): warp w issues boxes
+// w, w + warps, ... through its own 16 / warps of the 16 slots, each pipelined as in
+// ingress_kernel. Whether one SM's TMA intake grows with the number of issuing threads.
+__global__ void __launch_bounds__(256)
+    ingress_warps_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int boxes,
+                         unsigned long long* cycles) {
+  constexpr int kSlots = 16;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ __align__(8) uint64_t barriers[kSlots];
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
+  const int per_warp = kSlots / warps;  // slots of this warp: warp · per_warp + k
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSlots; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const long long start = clock64();
+  if (threadIdx.x % 32 == 0) {
+    const int mine = (boxes - warp + warps - 1) / warps;  // boxes w, w + warps, ...
+    auto slot_of = [&](int n) { return warp * per_warp + n % per_warp; };
+    auto wait = [&](int n) {
+      asm volatile(
+          "{\n"
+          ".reg .pred done;\n"
+          "WAIT_%=:\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+          "@!done bra WAIT_%=;\n"
+          "}\n" ::"r"(smem_u32(&barriers[slot_of(n)])),
+          "r"((n / per_warp) & 1)
+          : "memory");
+    };
+    for (int n = 0; n < mine; ++n) {
+      if (n >= per_warp) wait(n - per_warp);
+      const int i = warp + n * warps;
+      const uint32_t barrier = smem_u32(&barriers[slot_of(n)]);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
+                   "r"(kBoxBytes)
+                   : "memory");
+      const int page = static_cast<int>((blockIdx.x * 7919u + (i / kBlocksPerPage) * 104729u) %
+                                        static_cast<unsigned>(num_pages));
+      asm volatile(
+          "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + slot_of(n) * kBoxBytes)),
+          "l"(reinterpret_cast<uint64_t>(&map)), "r"((i % kBlocksPerPage) * 64), "r"(0), "r"(page),
+          "r"(barrier)
+          : "memory");
+    }
+    for (int n = mine > per_warp ? mine - per_warp : 0; n < mine; ++n) wait(n);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
@@ -450,6 +506,44 @@ int main() {
       }
       std::printf("%-8d %9d %12.1f %14.1f %12.0f\n", shape.blocks, shape.in_flight, median(per_sm),
                   median(per_block), median(grid_gbs));
+    }
+    CHECK(cudaFree(data));
+  }
+  // The same 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA (16 slots in all), L2 pool.
+  CHECK(cudaFuncSetAttribute(ingress_warps_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes));
+  std::printf("\n8 KB boxes issued by several warps of a CTA (16 in flight in all), L2 pool\n");
+  std::printf("%-6s %5s %12s %12s %12s\n", "warps", "CTAs", "B/cycle/SM", "cycles/box",
+              "grid GB/s");
+  {
+    const int pages = 256;
+    void* data = nullptr;
+    CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
+    CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
+    const CUtensorMap map = make_map(data, pages);
+    for (int ctas : {1, sms}) {
+      for (int warps : {1, 2, 4, 8}) {
+        std::vector<double> per_sm, per_box, grid_gbs;
+        for (int run = 0; run < 6; ++run) {
+          CHECK(cudaEventRecord(begin));
+          ingress_warps_kernel<<<ctas, 32 * warps, kSmemBytes>>>(map, pages, boxes, cycles);
+          CHECK(cudaEventRecord(end));
+          CHECK(cudaGetLastError());
+          CHECK(cudaEventSynchronize(end));
+          float ms = 0.f;
+          CHECK(cudaEventElapsedTime(&ms, begin, end));
+          std::vector<unsigned long long> host(ctas);
+          CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas,
+                           cudaMemcpyDeviceToHost));
+          if (run == 0) continue;
+          const double median_cycles = static_cast<double>(median(host));
+          per_sm.push_back(double(boxes) * kBoxBytes / median_cycles);
+          per_box.push_back(median_cycles / boxes);
+          grid_gbs.push_back(double(boxes) * kBoxBytes * ctas / (ms * 1e-3) / 1e9);
+        }
+        std::printf("%-6d %5d %12.1f %12.1f %12.0f\n", warps, ctas, median(per_sm), median(per_box),
+                    median(grid_gbs));
+      }
     }
     CHECK(cudaFree(data));
   }
