@@ -45,25 +45,61 @@ __device__ uint32_t smem_u32(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
+// Until the mbarrier at `barrier` (shared address) has completed the phase of parity `parity`.
+__device__ void wait_parity(uint32_t barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+// `count` mbarriers of one arrival each, then the fence that publishes their initialisation.
+__device__ void init_barriers(uint64_t* barriers, int count) {
+  for (int s = 0; s < count; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Arrives on the mbarrier at `barrier` and announces `bytes` of copies to it.
+__device__ void expect_bytes(uint32_t barrier, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+
+// The page of a CTA's `visit`-th page: visits spread over the pool.
+__device__ int page_of(unsigned cta, int visit, int num_pages) {
+  return static_cast<int>((cta * 7919u + visit * 104729u) % static_cast<unsigned>(num_pages));
+}
+
+// `count` copies through `in_flight` slots: copy i is issued once copy i − in_flight has landed.
+template <typename Issue, typename Wait>
+__device__ void pipeline(int count, int in_flight, const Issue& issue, const Wait& wait) {
+  for (int i = 0; i < count; ++i) {
+    if (i >= in_flight) wait(i - in_flight);
+    issue(i);
+  }
+  for (int i = count > in_flight ? count - in_flight : 0; i < count; ++i) wait(i);
+}
+
 __global__ void __launch_bounds__(32)
     ingress_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int in_flight, int boxes,
                    unsigned long long* cycles) {
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
   if (threadIdx.x != 0) return;
-  for (int s = 0; s < in_flight; ++s)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  init_barriers(barriers, in_flight);
 
   auto issue = [&](int i) {
     const int slot = i % in_flight;
     const uint32_t barrier = smem_u32(&barriers[slot]);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
-                 "r"(kBoxBytes)
-                 : "memory");
+    expect_bytes(barrier, kBoxBytes);
     // Pages spread over the pool, each page's nine blocks in order (as the kernels read them).
-    const int page = static_cast<int>((blockIdx.x * 7919u + (i / kBlocksPerPage) * 104729u) %
-                                      static_cast<unsigned>(num_pages));
+    const int page = page_of(blockIdx.x, i / kBlocksPerPage, num_pages);
     const int column = (i % kBlocksPerPage) * 64;
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -74,23 +110,11 @@ __global__ void __launch_bounds__(32)
   auto wait = [&](int i) {
     const uint32_t barrier = smem_u32(&barriers[i % in_flight]);
     const uint32_t parity = (i / in_flight) & 1;
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(barrier),
-        "r"(parity)
-        : "memory");
+    wait_parity(barrier, parity);
   };
 
   const long long start = clock64();
-  for (int i = 0; i < boxes; ++i) {
-    if (i >= in_flight) wait(i - in_flight);
-    issue(i);
-  }
-  for (int i = boxes > in_flight ? boxes - in_flight : 0; i < boxes; ++i) wait(i);
+  pipeline(boxes, in_flight, issue, wait);
   cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
@@ -109,9 +133,7 @@ __global__ void __launch_bounds__(32)
   if constexpr (kMulticast) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   const uint32_t cluster = kMulticast ? blockIdx.x / 2 : blockIdx.x;
   if (leader) {
-    for (int s = 0; s < in_flight; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    init_barriers(barriers, in_flight);
   }
   auto cluster_sync = [&]() {
     if constexpr (kMulticast) {
@@ -125,19 +147,14 @@ __global__ void __launch_bounds__(32)
   const long long start = clock64();
   for (int round = 0; round * in_flight < boxes; ++round) {
     if (leader) {
-      for (int s = 0; s < in_flight; ++s)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                         smem_u32(&barriers[s])),
-                     "r"(box_bytes)
-                     : "memory");
+      for (int s = 0; s < in_flight; ++s) expect_bytes(smem_u32(&barriers[s]), box_bytes);
     }
     cluster_sync();  // every CTA expects this round's bytes before any is sent
     if (leader) {
       for (int s = 0; s < in_flight; ++s) {
         if (kMulticast && (s & 1) != static_cast<int>(rank)) continue;
         const int i = round * in_flight + s;
-        const int page = static_cast<int>((cluster * 7919u + (i / kBlocksPerPage) * 104729u) %
-                                          static_cast<unsigned>(num_pages));
+        const int page = page_of(cluster, i / kBlocksPerPage, num_pages);
         const int column = (i % kBlocksPerPage) * 64;
         const uint32_t destination = smem_u32(smem + s * kBoxBytes);
         const uint32_t barrier = smem_u32(&barriers[s]);
@@ -158,15 +175,7 @@ __global__ void __launch_bounds__(32)
         }
       }
       for (int s = 0; s < in_flight; ++s) {
-        asm volatile(
-            "{\n"
-            ".reg .pred done;\n"
-            "WAIT_%=:\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-            "@!done bra WAIT_%=;\n"
-            "}\n" ::"r"(smem_u32(&barriers[s])),
-            "r"(round & 1)
-            : "memory");
+        wait_parity(smem_u32(&barriers[s]), round & 1);
       }
     }
   }
@@ -184,19 +193,14 @@ __global__ void __launch_bounds__(32)
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
   if (threadIdx.x != 0) return;
-  for (int s = 0; s < in_flight; ++s)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  init_barriers(barriers, in_flight);
   const int box_bytes = blocks * kBoxBytes;
   const int boxes_per_page = kBlocksPerPage / blocks;
   auto issue = [&](int i) {
     const int slot = i % in_flight;
     const uint32_t barrier = smem_u32(&barriers[slot]);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
-                 "r"(box_bytes)
-                 : "memory");
-    const int page = static_cast<int>((blockIdx.x * 7919u + (i / boxes_per_page) * 104729u) %
-                                      static_cast<unsigned>(num_pages));
+    expect_bytes(barrier, box_bytes);
+    const int page = page_of(blockIdx.x, i / boxes_per_page, num_pages);
     const int first_block = (i % boxes_per_page) * blocks;
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -205,23 +209,9 @@ __global__ void __launch_bounds__(32)
         "r"(barrier)
         : "memory");
   };
-  auto wait = [&](int i) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(smem_u32(&barriers[i % in_flight])),
-        "r"((i / in_flight) & 1)
-        : "memory");
-  };
+  auto wait = [&](int i) { wait_parity(smem_u32(&barriers[i % in_flight]), (i / in_flight) & 1); };
   const long long start = clock64();
-  for (int i = 0; i < boxes; ++i) {
-    if (i >= in_flight) wait(i - in_flight);
-    issue(i);
-  }
-  for (int i = boxes > in_flight ? boxes - in_flight : 0; i < boxes; ++i) wait(i);
+  pipeline(boxes, in_flight, issue, wait);
   cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
@@ -237,43 +227,27 @@ __global__ void __launch_bounds__(256)
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
   const int per_warp = kSlots / warps;  // slots of this warp: warp · per_warp + k
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kSlots; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    init_barriers(barriers, kSlots);
   }
   __syncthreads();
   const long long start = clock64();
   if (threadIdx.x % 32 == 0) {
     const int mine = (boxes - warp + warps - 1) / warps;  // boxes w, w + warps, ...
     auto slot_of = [&](int n) { return warp * per_warp + n % per_warp; };
-    auto wait = [&](int n) {
-      asm volatile(
-          "{\n"
-          ".reg .pred done;\n"
-          "WAIT_%=:\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-          "@!done bra WAIT_%=;\n"
-          "}\n" ::"r"(smem_u32(&barriers[slot_of(n)])),
-          "r"((n / per_warp) & 1)
-          : "memory");
-    };
-    for (int n = 0; n < mine; ++n) {
-      if (n >= per_warp) wait(n - per_warp);
+    auto wait = [&](int n) { wait_parity(smem_u32(&barriers[slot_of(n)]), (n / per_warp) & 1); };
+    auto issue = [&](int n) {
       const int i = warp + n * warps;
       const uint32_t barrier = smem_u32(&barriers[slot_of(n)]);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
-                   "r"(kBoxBytes)
-                   : "memory");
-      const int page = static_cast<int>((blockIdx.x * 7919u + (i / kBlocksPerPage) * 104729u) %
-                                        static_cast<unsigned>(num_pages));
+      expect_bytes(barrier, kBoxBytes);
+      const int page = page_of(blockIdx.x, i / kBlocksPerPage, num_pages);
       asm volatile(
           "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
           " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + slot_of(n) * kBoxBytes)),
           "l"(reinterpret_cast<uint64_t>(&map)), "r"((i % kBlocksPerPage) * 64), "r"(0), "r"(page),
           "r"(barrier)
           : "memory");
-    }
-    for (int n = mine > per_warp ? mine - per_warp : 0; n < mine; ++n) wait(n);
+    };
+    pipeline(mine, per_warp, issue, wait);
   }
   __syncthreads();
   if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
@@ -338,6 +312,51 @@ T median(std::vector<T> values) {
   return values[values.size() / 2];
 }
 
+// A pool of `pages` zeroed pages.
+void* make_pool(int pages) {
+  void* data = nullptr;
+  CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
+  CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
+  return data;
+}
+
+struct Rate {
+  double bytes_per_sm_cycle;  // median CTA
+  double cycles_per_unit;     // median CTA's cycles / units
+  double grid_gbs;            // every CTA's bytes over the launch's event time
+};
+
+// Runs `launch` six times (the first warms L2 and the clocks and is not counted); each CTA
+// receives `bytes_per_cta` and writes its cycles to `cycles[cta]`. Medians over the five runs.
+template <typename Launch>
+Rate measure(const Launch& launch, int ctas, double bytes_per_cta, double units,
+             unsigned long long* cycles) {
+  cudaEvent_t begin, end;
+  CHECK(cudaEventCreate(&begin));
+  CHECK(cudaEventCreate(&end));
+  std::vector<double> per_sm, per_unit, grid_gbs;
+  for (int run = 0; run < 6; ++run) {
+    CHECK(cudaEventRecord(begin));
+    launch();
+    CHECK(cudaEventRecord(end));
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventSynchronize(end));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, begin, end));
+    std::vector<unsigned long long> host(ctas);
+    CHECK(
+        cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas, cudaMemcpyDeviceToHost));
+    if (run == 0) continue;
+    const double median_cycles = static_cast<double>(median(host));
+    per_sm.push_back(bytes_per_cta / median_cycles);
+    per_unit.push_back(median_cycles / units);
+    grid_gbs.push_back(bytes_per_cta * ctas / (ms * 1e-3) / 1e9);
+  }
+  CHECK(cudaEventDestroy(begin));
+  CHECK(cudaEventDestroy(end));
+  return {median(per_sm), median(per_unit), median(grid_gbs)};
+}
+
 }  // namespace
 
 int main() {
@@ -345,208 +364,134 @@ int main() {
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
-  CHECK(cudaFuncSetAttribute(ingress_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes));
+  for (const void* kernel : {reinterpret_cast<const void*>(ingress_kernel),
+                             reinterpret_cast<const void*>(ingress_rounds_kernel<false>),
+                             reinterpret_cast<const void*>(ingress_rounds_kernel<true>),
+                             reinterpret_cast<const void*>(ingress_blocks_kernel),
+                             reinterpret_cast<const void*>(ingress_warps_kernel)}) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  }
+  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<true>,
+                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  const int boxes = kBlocksPerPage * 256;  // 2,304 boxes, 18.9 MB per CTA
+  const double bytes = double(boxes) * kBoxBytes;
+  unsigned long long* cycles = nullptr;
+  CHECK(cudaMalloc(&cycles, sizeof(unsigned long long) * sms));
+  const int l2_pages = 256;  // 18.9 MB: L2-resident after the warm-up run
+
   std::printf(
       "TMA ingress: boxes of 64 rows × 128 B (8 KB, rows 1,152 B apart, 128-byte "
       "swizzle); %d SMs, nominal SM clock %d MHz\n",
       sms, clock_khz / 1000);
   std::printf("%-6s %5s %9s %12s %12s %12s\n", "pool", "CTAs", "in flight", "B/cycle/SM",
               "cycles/box", "grid GB/s");
-
-  const int boxes = kBlocksPerPage * 256;  // 2,304 boxes, 18.9 MB per CTA
-  unsigned long long* cycles = nullptr;
-  CHECK(cudaMalloc(&cycles, sizeof(unsigned long long) * sms));
-  cudaEvent_t begin, end;
-  CHECK(cudaEventCreate(&begin));
-  CHECK(cudaEventCreate(&end));
-
   struct Pool {
     const char* name;
     int pages;
   };
-  for (const Pool& pool : {Pool{"L2", 256}, Pool{"DRAM", 32768}}) {  // 18.9 MB, 2.4 GB
-    void* data = nullptr;
-    CHECK(cudaMalloc(&data, static_cast<size_t>(pool.pages) * kPageBytes));
-    CHECK(cudaMemset(data, 0, static_cast<size_t>(pool.pages) * kPageBytes));
+  for (const Pool& pool : {Pool{"L2", l2_pages}, Pool{"DRAM", 32768}}) {  // 18.9 MB, 2.4 GB
+    void* data = make_pool(pool.pages);
     const CUtensorMap map = make_map(data, pool.pages);
     for (int ctas : {1, sms}) {
       for (int in_flight : {1, 2, 4, 9, 18}) {
-        std::vector<double> per_sm, per_box, grid_gbs;
-        for (int run = 0; run < 6; ++run) {  // run 0 warms L2 and the clocks, not counted
-          CHECK(cudaEventRecord(begin));
-          ingress_kernel<<<ctas, 32, kSmemBytes>>>(map, pool.pages, in_flight, boxes, cycles);
-          CHECK(cudaEventRecord(end));
-          CHECK(cudaGetLastError());
-          CHECK(cudaEventSynchronize(end));
-          float ms = 0.f;
-          CHECK(cudaEventElapsedTime(&ms, begin, end));
-          std::vector<unsigned long long> host(ctas);
-          CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas,
-                           cudaMemcpyDeviceToHost));
-          if (run == 0) continue;
-          const double median_cycles = static_cast<double>(median(host));
-          per_sm.push_back(double(boxes) * kBoxBytes / median_cycles);
-          per_box.push_back(median_cycles / boxes);
-          grid_gbs.push_back(double(boxes) * kBoxBytes * ctas / (ms * 1e-3) / 1e9);
-        }
+        const Rate rate = measure(
+            [&] {
+              ingress_kernel<<<ctas, 32, kSmemBytes>>>(map, pool.pages, in_flight, boxes, cycles);
+            },
+            ctas, bytes, boxes, cycles);
         std::printf("%-6s %5d %9d %12.1f %12.1f %12.0f\n", pool.name, ctas, in_flight,
-                    median(per_sm), median(per_box), median(grid_gbs));
+                    rate.bytes_per_sm_cycle, rate.cycles_per_unit, rate.grid_gbs);
       }
     }
     CHECK(cudaFree(data));
   }
 
+  void* data = make_pool(l2_pages);  // the L2 pool for the rest
+
   // Rounds (every CTA waits for a whole round before the next): unicast boxes of 64 and 32 rows,
-  // and 64-row boxes multicast to clusters of 2; L2-resident pool, every SM.
-  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<false>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<true>,
-                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  // and 64-row boxes multicast to clusters of 2; every SM.
   std::printf("\nrounds of k boxes, L2 pool, %d CTAs (bytes received per SM)\n", sms);
   std::printf("%-22s %9s %12s %12s %12s\n", "variant", "in flight", "B/cycle/SM", "cycles/box",
               "grid GB/s");
-  {
-    const int pages = 256;
-    void* data = nullptr;
-    CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
-    CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
-    struct Variant {
-      const char* name;
-      int rows;
-      bool multicast;
-    };
-    for (const Variant& v :
-         {Variant{"unicast, 64 rows", 64, false}, Variant{"unicast, 32 rows", 32, false},
-          Variant{"multicast x2, 64 rows", 64, true}}) {
-      const CUtensorMap map = make_map(data, pages, v.rows);
-      for (int in_flight : {2, 9, 18}) {
-        std::vector<double> per_sm, per_box, grid_gbs;
-        const int ctas = sms - sms % 2;
-        for (int run = 0; run < 6; ++run) {
-          cudaLaunchConfig_t config = {};
-          config.gridDim = dim3(ctas);
-          config.blockDim = dim3(32);
-          config.dynamicSmemBytes = kSmemBytes;
-          cudaLaunchAttribute attribute[1];
-          attribute[0].id = cudaLaunchAttributeClusterDimension;
-          attribute[0].val.clusterDim.x = v.multicast ? 2 : 1;
-          attribute[0].val.clusterDim.y = 1;
-          attribute[0].val.clusterDim.z = 1;
-          config.attrs = attribute;
-          config.numAttrs = 1;
-          CHECK(cudaEventRecord(begin));
-          if (v.multicast) {
-            CHECK(cudaLaunchKernelEx(&config, ingress_rounds_kernel<true>, map, pages, in_flight,
-                                     boxes, v.rows, cycles));
-          } else {
-            CHECK(cudaLaunchKernelEx(&config, ingress_rounds_kernel<false>, map, pages, in_flight,
-                                     boxes, v.rows, cycles));
-          }
-          CHECK(cudaEventRecord(end));
-          CHECK(cudaEventSynchronize(end));
-          float ms = 0.f;
-          CHECK(cudaEventElapsedTime(&ms, begin, end));
-          std::vector<unsigned long long> host(ctas);
-          CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas,
-                           cudaMemcpyDeviceToHost));
-          if (run == 0) continue;
-          const double bytes = double(boxes) * v.rows * 128;  // received per CTA
-          const double median_cycles = static_cast<double>(median(host));
-          per_sm.push_back(bytes / median_cycles);
-          per_box.push_back(median_cycles / boxes);
-          grid_gbs.push_back(bytes * ctas / (ms * 1e-3) / 1e9);
-        }
-        std::printf("%-22s %9d %12.1f %12.1f %12.0f\n", v.name, in_flight, median(per_sm),
-                    median(per_box), median(grid_gbs));
-      }
+  struct Variant {
+    const char* name;
+    int rows;
+    bool multicast;
+  };
+  for (const Variant& v :
+       {Variant{"unicast, 64 rows", 64, false}, Variant{"unicast, 32 rows", 32, false},
+        Variant{"multicast x2, 64 rows", 64, true}}) {
+    const CUtensorMap map = make_map(data, l2_pages, v.rows);
+    const int ctas = sms - sms % 2;
+    for (int in_flight : {2, 9, 18}) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(ctas);
+      config.blockDim = dim3(32);
+      config.dynamicSmemBytes = kSmemBytes;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = v.multicast ? 2 : 1;
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      const Rate rate = measure(
+          [&] {
+            if (v.multicast) {
+              CHECK(cudaLaunchKernelEx(&config, ingress_rounds_kernel<true>, map, l2_pages,
+                                       in_flight, boxes, v.rows, cycles));
+            } else {
+              CHECK(cudaLaunchKernelEx(&config, ingress_rounds_kernel<false>, map, l2_pages,
+                                       in_flight, boxes, v.rows, cycles));
+            }
+          },
+          ctas, double(boxes) * v.rows * 128, boxes, cycles);
+      std::printf("%-22s %9d %12.1f %12.1f %12.0f\n", v.name, in_flight, rate.bytes_per_sm_cycle,
+                  rate.cycles_per_unit, rate.grid_gbs);
     }
-    CHECK(cudaFree(data));
   }
-  // Several blocks per box, pipelined, L2 pool, every SM; the first line repeats the 8 KB box.
-  CHECK(cudaFuncSetAttribute(ingress_blocks_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes));
+
+  // Several blocks per box, pipelined, every SM; the first line repeats the 8 KB box.
   std::printf("\nboxes of several 64-column blocks (one TMA instruction each), L2 pool, %d CTAs\n",
               sms);
   std::printf("%-8s %9s %12s %14s %12s\n", "blocks", "in flight", "B/cycle/SM", "cycles/8 KB",
               "grid GB/s");
-  {
-    const int pages = 256;
-    void* data = nullptr;
-    CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
-    CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
-    struct Shape {
-      int blocks, in_flight;
-    };
-    for (const Shape& shape : {Shape{1, 18}, Shape{3, 6}, Shape{9, 1}, Shape{9, 2}}) {
-      CUtensorMap map;
-      if (!make_blocks_map(data, pages, shape.blocks, &map)) continue;
-      const int box_count = boxes / shape.blocks;
-      std::vector<double> per_sm, per_block, grid_gbs;
-      for (int run = 0; run < 6; ++run) {
-        CHECK(cudaEventRecord(begin));
-        ingress_blocks_kernel<<<sms, 32, kSmemBytes>>>(map, pages, shape.in_flight, shape.blocks,
-                                                       box_count, cycles);
-        CHECK(cudaEventRecord(end));
-        CHECK(cudaGetLastError());
-        CHECK(cudaEventSynchronize(end));
-        float ms = 0.f;
-        CHECK(cudaEventElapsedTime(&ms, begin, end));
-        std::vector<unsigned long long> host(sms);
-        CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * sms,
-                         cudaMemcpyDeviceToHost));
-        if (run == 0) continue;
-        const double bytes = double(box_count) * shape.blocks * kBoxBytes;
-        const double median_cycles = static_cast<double>(median(host));
-        per_sm.push_back(bytes / median_cycles);
-        per_block.push_back(median_cycles / (box_count * shape.blocks));
-        grid_gbs.push_back(bytes * sms / (ms * 1e-3) / 1e9);
-      }
-      std::printf("%-8d %9d %12.1f %14.1f %12.0f\n", shape.blocks, shape.in_flight, median(per_sm),
-                  median(per_block), median(grid_gbs));
-    }
-    CHECK(cudaFree(data));
+  struct Shape {
+    int blocks, in_flight;
+  };
+  for (const Shape& shape : {Shape{1, 18}, Shape{3, 6}, Shape{9, 1}, Shape{9, 2}}) {
+    CUtensorMap map;
+    if (!make_blocks_map(data, l2_pages, shape.blocks, &map)) continue;
+    const int box_count = boxes / shape.blocks;
+    const Rate rate = measure(
+        [&] {
+          ingress_blocks_kernel<<<sms, 32, kSmemBytes>>>(map, l2_pages, shape.in_flight,
+                                                         shape.blocks, box_count, cycles);
+        },
+        sms, double(box_count) * shape.blocks * kBoxBytes, box_count * shape.blocks, cycles);
+    std::printf("%-8d %9d %12.1f %14.1f %12.0f\n", shape.blocks, shape.in_flight,
+                rate.bytes_per_sm_cycle, rate.cycles_per_unit, rate.grid_gbs);
   }
-  // The same 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA (16 slots in all), L2 pool.
-  CHECK(cudaFuncSetAttribute(ingress_warps_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes));
+
+  // The same 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA (16 slots in all).
   std::printf("\n8 KB boxes issued by several warps of a CTA (16 in flight in all), L2 pool\n");
   std::printf("%-6s %5s %12s %12s %12s\n", "warps", "CTAs", "B/cycle/SM", "cycles/box",
               "grid GB/s");
   {
-    const int pages = 256;
-    void* data = nullptr;
-    CHECK(cudaMalloc(&data, static_cast<size_t>(pages) * kPageBytes));
-    CHECK(cudaMemset(data, 0, static_cast<size_t>(pages) * kPageBytes));
-    const CUtensorMap map = make_map(data, pages);
+    const CUtensorMap map = make_map(data, l2_pages);
     for (int ctas : {1, sms}) {
       for (int warps : {1, 2, 4, 8}) {
-        std::vector<double> per_sm, per_box, grid_gbs;
-        for (int run = 0; run < 6; ++run) {
-          CHECK(cudaEventRecord(begin));
-          ingress_warps_kernel<<<ctas, 32 * warps, kSmemBytes>>>(map, pages, boxes, cycles);
-          CHECK(cudaEventRecord(end));
-          CHECK(cudaGetLastError());
-          CHECK(cudaEventSynchronize(end));
-          float ms = 0.f;
-          CHECK(cudaEventElapsedTime(&ms, begin, end));
-          std::vector<unsigned long long> host(ctas);
-          CHECK(cudaMemcpy(host.data(), cycles, sizeof(unsigned long long) * ctas,
-                           cudaMemcpyDeviceToHost));
-          if (run == 0) continue;
-          const double median_cycles = static_cast<double>(median(host));
-          per_sm.push_back(double(boxes) * kBoxBytes / median_cycles);
-          per_box.push_back(median_cycles / boxes);
-          grid_gbs.push_back(double(boxes) * kBoxBytes * ctas / (ms * 1e-3) / 1e9);
-        }
-        std::printf("%-6d %5d %12.1f %12.1f %12.0f\n", warps, ctas, median(per_sm), median(per_box),
-                    median(grid_gbs));
+        const Rate rate = measure(
+            [&] {
+              ingress_warps_kernel<<<ctas, 32 * warps, kSmemBytes>>>(map, l2_pages, boxes, cycles);
+            },
+            ctas, bytes, boxes, cycles);
+        std::printf("%-6d %5d %12.1f %12.1f %12.0f\n", warps, ctas, rate.bytes_per_sm_cycle,
+                    rate.cycles_per_unit, rate.grid_gbs);
       }
     }
-    CHECK(cudaFree(data));
   }
+  CHECK(cudaFree(data));
   CHECK(cudaFree(cycles));
   return 0;
 }
