@@ -72,10 +72,9 @@ main() {
   done
 
   if [ -z "${MLA_AB_SKIP_TESTS:-}" ]; then
-    (cd build-gpu && ctest -L gpu -j 4 -E "$MLA_GPU_SERIAL_TESTS" --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-300}") \
-      >"$work/ctest.log" 2>&1
-    (cd build-gpu && ctest -L gpu -R "$MLA_GPU_SERIAL_TESTS" --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-300}") \
-      >>"$work/ctest.log" 2>&1
+    local ctest_args=(-L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-300}")
+    (cd build-gpu && ctest "${ctest_args[@]}" -j 4 -E "$MLA_GPU_SERIAL_TESTS") >"$work/ctest.log" 2>&1
+    (cd build-gpu && ctest "${ctest_args[@]}" -R "$MLA_GPU_SERIAL_TESTS") >>"$work/ctest.log" 2>&1
     grep -E "tests passed|tests failed|Failed|\*\*\*" "$work/ctest.log"
     grep -E -A8 "Failure$" "$work/ctest.log" | head -80  # what a failed test said
   else

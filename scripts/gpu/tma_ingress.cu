@@ -11,7 +11,9 @@
 // One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
 // CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
 // median over CTAs of bytes per SM cycle (clock64 around the loop), cycles per box, and the
-// whole grid's GB/s (CUDA events). Never changes GPU settings.
+// whole grid's GB/s (CUDA events). Never changes GPU settings. The barriers are the kernels'
+// (common/tma.cuh) and the maps cuda::make_tensor_map_bf16()'s; the copies are written out here
+// (3-D, multicast and without an L2 hint, which the kernels do not use).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include <exception>
+
+#include "common/tma.cuh"
+#include "cuda/tensor_map.h"
+
+namespace tma = mla::kernels::tma;
 
 #define CHECK(call)                                                                        \
   do {                                                                                     \
@@ -45,30 +54,10 @@ __device__ uint32_t smem_u32(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
-// Until the mbarrier at `barrier` (shared address) has completed the phase of parity `parity`.
-__device__ void wait_parity(uint32_t barrier, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(barrier),
-      "r"(parity)
-      : "memory");
-}
-
 // `count` mbarriers of one arrival each, then the fence that publishes their initialisation.
 __device__ void init_barriers(uint64_t* barriers, int count) {
-  for (int s = 0; s < count; ++s)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&barriers[s])));
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-// Arrives on the mbarrier at `barrier` and announces `bytes` of copies to it.
-__device__ void expect_bytes(uint32_t barrier, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
-               : "memory");
+  for (int s = 0; s < count; ++s) tma::barrier_init(smem_u32(&barriers[s]), 1);
+  tma::fence_barrier_init();
 }
 
 // The page of a CTA's `visit`-th page: visits spread over the pool.
@@ -97,7 +86,7 @@ __global__ void __launch_bounds__(32)
   auto issue = [&](int i) {
     const int slot = i % in_flight;
     const uint32_t barrier = smem_u32(&barriers[slot]);
-    expect_bytes(barrier, kBoxBytes);
+    tma::arrive_expect_bytes(barrier, kBoxBytes);
     // Pages spread over the pool, each page's nine blocks in order (as the kernels read them).
     const int page = page_of(blockIdx.x, i / kBlocksPerPage, num_pages);
     const int column = (i % kBlocksPerPage) * 64;
@@ -110,7 +99,7 @@ __global__ void __launch_bounds__(32)
   auto wait = [&](int i) {
     const uint32_t barrier = smem_u32(&barriers[i % in_flight]);
     const uint32_t parity = (i / in_flight) & 1;
-    wait_parity(barrier, parity);
+    tma::wait_parity(barrier, parity);
   };
 
   const long long start = clock64();
@@ -147,7 +136,8 @@ __global__ void __launch_bounds__(32)
   const long long start = clock64();
   for (int round = 0; round * in_flight < boxes; ++round) {
     if (leader) {
-      for (int s = 0; s < in_flight; ++s) expect_bytes(smem_u32(&barriers[s]), box_bytes);
+      for (int s = 0; s < in_flight; ++s)
+        tma::arrive_expect_bytes(smem_u32(&barriers[s]), box_bytes);
     }
     cluster_sync();  // every CTA expects this round's bytes before any is sent
     if (leader) {
@@ -175,7 +165,7 @@ __global__ void __launch_bounds__(32)
         }
       }
       for (int s = 0; s < in_flight; ++s) {
-        wait_parity(smem_u32(&barriers[s]), round & 1);
+        tma::wait_parity(smem_u32(&barriers[s]), round & 1);
       }
     }
   }
@@ -199,7 +189,7 @@ __global__ void __launch_bounds__(32)
   auto issue = [&](int i) {
     const int slot = i % in_flight;
     const uint32_t barrier = smem_u32(&barriers[slot]);
-    expect_bytes(barrier, box_bytes);
+    tma::arrive_expect_bytes(barrier, box_bytes);
     const int page = page_of(blockIdx.x, i / boxes_per_page, num_pages);
     const int first_block = (i % boxes_per_page) * blocks;
     asm volatile(
@@ -209,7 +199,9 @@ __global__ void __launch_bounds__(32)
         "r"(barrier)
         : "memory");
   };
-  auto wait = [&](int i) { wait_parity(smem_u32(&barriers[i % in_flight]), (i / in_flight) & 1); };
+  auto wait = [&](int i) {
+    tma::wait_parity(smem_u32(&barriers[i % in_flight]), (i / in_flight) & 1);
+  };
   const long long start = clock64();
   pipeline(boxes, in_flight, issue, wait);
   cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
@@ -234,11 +226,13 @@ __global__ void __launch_bounds__(256)
   if (threadIdx.x % 32 == 0) {
     const int mine = (boxes - warp + warps - 1) / warps;  // boxes w, w + warps, ...
     auto slot_of = [&](int n) { return warp * per_warp + n % per_warp; };
-    auto wait = [&](int n) { wait_parity(smem_u32(&barriers[slot_of(n)]), (n / per_warp) & 1); };
+    auto wait = [&](int n) {
+      tma::wait_parity(smem_u32(&barriers[slot_of(n)]), (n / per_warp) & 1);
+    };
     auto issue = [&](int n) {
       const int i = warp + n * warps;
       const uint32_t barrier = smem_u32(&barriers[slot_of(n)]);
-      expect_bytes(barrier, kBoxBytes);
+      tma::arrive_expect_bytes(barrier, kBoxBytes);
       const int page = page_of(blockIdx.x, i / kBlocksPerPage, num_pages);
       asm volatile(
           "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -253,57 +247,46 @@ __global__ void __launch_bounds__(256)
   if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
+// The pool as {576 columns, 64 tokens, pages}, boxes of 64 columns × `box_rows` tokens.
 CUtensorMap make_map(void* pool, int num_pages, int box_rows = kTokens) {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                         cudaEnableDefault, &found));
-  if (function == nullptr) {
-    std::fprintf(stderr, "no cuTensorMapEncodeTiled in this driver\n");
-    std::exit(1);
-  }
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {kCols, kTokens, static_cast<cuuint64_t>(num_pages)};
-  const cuuint64_t strides[2] = {kRowBytes, kPageBytes};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result = reinterpret_cast<EncodeTiled>(function)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, pool, dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(result));
-    std::exit(1);
-  }
-  return map;
+  mla::cuda::TensorMapBf16Spec spec;
+  spec.base = pool;
+  spec.rank = 3;
+  spec.dims[0] = kCols;
+  spec.dims[1] = kTokens;
+  spec.dims[2] = static_cast<uint64_t>(num_pages);
+  spec.strides_bytes[0] = kRowBytes;
+  spec.strides_bytes[1] = kPageBytes;
+  spec.box[0] = 64;
+  spec.box[1] = static_cast<uint32_t>(box_rows);
+  spec.box[2] = 1;
+  return mla::cuda::make_tensor_map_bf16(spec);
 }
 
 // The pool as {64 columns, 64 tokens, 9 column blocks, pages}, boxes of `blocks` blocks; false
-// (and a line saying so) when the driver refuses the view's strides.
+// (and the driver's refusal printed) when the driver refuses the view's strides.
 bool make_blocks_map(void* pool, int num_pages, int blocks, CUtensorMap* map) {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                         cudaEnableDefault, &found));
-  const cuuint64_t dims[4] = {64, kTokens, kBlocksPerPage, static_cast<cuuint64_t>(num_pages)};
-  const cuuint64_t strides[3] = {kRowBytes, 128, kPageBytes};
-  const cuuint32_t box[4] = {64, kTokens, static_cast<cuuint32_t>(blocks), 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult result = reinterpret_cast<EncodeTiled>(function)(
-      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, pool, dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    std::printf("the driver refuses the block view with boxes of %d blocks (CUresult %d)\n", blocks,
-                static_cast<int>(result));
+  mla::cuda::TensorMapBf16Spec spec;
+  spec.base = pool;
+  spec.rank = 4;
+  spec.dims[0] = 64;
+  spec.dims[1] = kTokens;
+  spec.dims[2] = kBlocksPerPage;
+  spec.dims[3] = static_cast<uint64_t>(num_pages);
+  spec.strides_bytes[0] = kRowBytes;
+  spec.strides_bytes[1] = 128;
+  spec.strides_bytes[2] = kPageBytes;
+  spec.box[0] = 64;
+  spec.box[1] = kTokens;
+  spec.box[2] = static_cast<uint32_t>(blocks);
+  spec.box[3] = 1;
+  try {
+    *map = mla::cuda::make_tensor_map_bf16(spec);
+    return true;
+  } catch (const std::exception& error) {  // mla::Error, naming what the driver refused
+    std::printf("boxes of %d blocks: %s\n", blocks, error.what());
     return false;
   }
-  return true;
 }
 
 template <typename T>
