@@ -27,18 +27,26 @@ __device__ __forceinline__ int page_id_of(const DecodeKernelArgs& args, int seq,
   return p.block_table[seq * p.block_table_batch_stride + page];
 }
 
-// One thread: the 64-column blocks of cache page `page_id` whose bits are set in `block_mask` (bit
-// b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on `barrier`.
-__device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
-                                                  uint32_t barrier, int page_id, int kv_head,
-                                                  uint32_t block_mask, uint64_t l2_policy) {
-  tma::arrive_expect_bytes(barrier, __popc(block_mask) * kColumnBlockBytes);
+// One thread: the copies of the 64-column blocks of cache page `page_id` whose bits are set in
+// `block_mask` (bit b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on
+// `barrier` (whose expected bytes someone else announces).
+__device__ __forceinline__ void load_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                                 uint32_t barrier, int page_id, int kv_head,
+                                                 uint32_t block_mask, uint64_t l2_policy) {
 #pragma unroll
   for (int block = 0; block < kChunksQK / 8; ++block) {
     if ((block_mask >> block) & 1u)
       tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
                    0, page_id, kv_head, l2_policy);
   }
+}
+
+// One thread: those blocks, announcing their bytes on `barrier` first.
+__device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                                  uint32_t barrier, int page_id, int kv_head,
+                                                  uint32_t block_mask, uint64_t l2_policy) {
+  tma::arrive_expect_bytes(barrier, __popc(block_mask) * kColumnBlockBytes);
+  load_page_blocks(args, stage_smem, barrier, page_id, kv_head, block_mask, l2_policy);
 }
 
 // One thread: cache page `page_id` (kv head `kv_head`) into the stage at `stage_smem`, completing
