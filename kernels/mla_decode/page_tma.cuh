@@ -153,6 +153,30 @@ struct PageTmaPipeline {
     }
   }
 
+  // Warp 0, every lane with the same stream state (each advances its own copy): as issue_first()
+  // and issue_next(), but the k-th page issued here has its nine blocks copied by lanes
+  // 9k .. 9k + 8, a block each (lane 9k also announces the page's bytes; a copy may complete
+  // before the announcement, the phase staying open until it arrives). kCount ≤ 3 pages.
+  template <int kCount>
+  __device__ __forceinline__ void issue_by_lanes(const DecodeKernelArgs& args,
+                                                 PartPageStream& stream, int kv_head, int lane) {
+    static_assert(kCount >= 1 && kCount <= kNumStages && kCount * 9 <= 32);
+    constexpr int kBlocks = kChunksQK / 8;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      int seq, page;
+      if (!stream.next(&seq, &page)) return;
+      const uint32_t stage = pages_issued % kNumStages;
+      ++pages_issued;
+      if (lane / kBlocks != i) continue;
+      const uint32_t barrier = barriers + stage * 8;
+      const int block = lane % kBlocks;
+      if (block == 0) tma::arrive_expect_bytes(barrier, kPageBytes);
+      load_page_blocks(args, stage_smem(stage), barrier, page_id_of(args, seq, page), kv_head,
+                       1u << block, tma::evict_first_policy());
+    }
+  }
+
   // Everyone: wait for the current page, then clear its rows past the sequence's end (the caller
   // then __syncthreads() before reading it).
   __device__ __forceinline__ void wait_current(int tid, uint8_t* stage_bytes,
