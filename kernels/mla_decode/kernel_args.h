@@ -37,10 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // Experiment (MLA_DECODE_HALF_BY_WARPS=1): the pairs order's freed halves are copied by all four
-  // warps of the freeing warpgroup (a block each, after a warpgroup barrier) instead of by the
-  // last of them to count its release (one thread issuing four or five blocks).
-  bool half_by_warps = false;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

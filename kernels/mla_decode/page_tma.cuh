@@ -27,26 +27,18 @@ __device__ __forceinline__ int page_id_of(const DecodeKernelArgs& args, int seq,
   return p.block_table[seq * p.block_table_batch_stride + page];
 }
 
-// One thread: the copies of the 64-column blocks of cache page `page_id` whose bits are set in
-// `block_mask` (bit b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on
-// `barrier` (whose expected bytes someone else announces).
-__device__ __forceinline__ void load_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
-                                                 uint32_t barrier, int page_id, int kv_head,
-                                                 uint32_t block_mask, uint64_t l2_policy) {
+// One thread: the 64-column blocks of cache page `page_id` whose bits are set in `block_mask` (bit
+// b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on `barrier`.
+__device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                                  uint32_t barrier, int page_id, int kv_head,
+                                                  uint32_t block_mask, uint64_t l2_policy) {
+  tma::arrive_expect_bytes(barrier, __popc(block_mask) * kColumnBlockBytes);
 #pragma unroll
   for (int block = 0; block < kChunksQK / 8; ++block) {
     if ((block_mask >> block) & 1u)
       tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
                    0, page_id, kv_head, l2_policy);
   }
-}
-
-// One thread: those blocks, announcing their bytes on `barrier` first.
-__device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
-                                                  uint32_t barrier, int page_id, int kv_head,
-                                                  uint32_t block_mask, uint64_t l2_policy) {
-  tma::arrive_expect_bytes(barrier, __popc(block_mask) * kColumnBlockBytes);
-  load_page_blocks(args, stage_smem, barrier, page_id, kv_head, block_mask, l2_policy);
 }
 
 // One thread: cache page `page_id` (kv head `kv_head`) into the stage at `stage_smem`, completing
@@ -150,30 +142,6 @@ struct PageTmaPipeline {
                       tma::evict_first_policy());
         ++pages_issued;
       }
-    }
-  }
-
-  // Warp 0, every lane with the same stream state (each advances its own copy): as issue_first()
-  // and issue_next(), but the k-th page issued here has its nine blocks copied by lanes
-  // 9k .. 9k + 8, a block each (lane 9k also announces the page's bytes; a copy may complete
-  // before the announcement, the phase staying open until it arrives). kCount ≤ 3 pages.
-  template <int kCount>
-  __device__ __forceinline__ void issue_by_lanes(const DecodeKernelArgs& args,
-                                                 PartPageStream& stream, int kv_head, int lane) {
-    static_assert(kCount >= 1 && kCount <= kNumStages && kCount * 9 <= 32);
-    constexpr int kBlocks = kChunksQK / 8;
-#pragma unroll
-    for (int i = 0; i < kCount; ++i) {
-      int seq, page;
-      if (!stream.next(&seq, &page)) return;
-      const uint32_t stage = pages_issued % kNumStages;
-      ++pages_issued;
-      if (lane / kBlocks != i) continue;
-      const uint32_t barrier = barriers + stage * 8;
-      const int block = lane % kBlocks;
-      if (block == 0) tma::arrive_expect_bytes(barrier, kPageBytes);
-      load_page_blocks(args, stage_smem(stage), barrier, page_id_of(args, seq, page), kv_head,
-                       1u << block, tma::evict_first_policy());
     }
   }
 

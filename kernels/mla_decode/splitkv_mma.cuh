@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   PageTmaPipeline<kMmaStages> pipeline;
   pipeline.init(tid, kv_smem0, ptx::smem_address(&smem.page_full[0]));
-  if (warp == 0) pipeline.issue_by_lanes<kMmaStages - 1>(args, prefetch, kv_head, lane);
+  if (tid == 0) pipeline.issue_first<kMmaStages - 1>(args, prefetch, kv_head);
   __syncthreads();
 
   for (bool more = has_work; more; more = cursor.next(&piece)) {
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                             piece.seqlen - page * kPageTokens);
       __syncthreads();  // page visible to all; everyone is done with the page before it
       if (pipeline.pages_done == 0) stamp<kTimeline>(stamps, kTimelineFirstPage);
-      if (warp == 0) pipeline.issue_by_lanes<1>(args, prefetch, kv_head, lane);  // 2 ahead
+      if (tid == 0) pipeline.issue_next(args, prefetch, kv_head);  // two pages ahead
       ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
 

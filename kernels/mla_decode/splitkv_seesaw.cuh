@@ -503,29 +503,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       // This warp is done with its warpgroup's half of page j (and, for the other's page, the
       // rope block holding P): count it; the fourth warp issues that half of page j + 2.
       auto release_half = [&](int j) {
-        if (args.half_by_warps) {
-          // The warpgroup's barrier orders every warp's reads of the half before any copy; lane 0
-          // of warp w then copies block 4·group + w of page j + 2, warp 0 also the rope block
-          // when the half has it, and announces the half's bytes (a copy may complete before the
-          // announcement: the phase stays open until warp 0 arrives).
-          if (j + 2 < num_pages) {
-            if (lane == 0) __threadfence_block();
-            seesaw_barrier_sync(kSeesawGroupBarrier + group, kSeesawGroupThreads);
-            if (lane == 0) {
-              const uint32_t half = seesaw_half_blocks(group, j & 1);
-              const uint32_t barrier = half_barrier(j, group);
-              const int page_id = page_id_of(args, batch_index, piece.page_begin + j + 2);
-              uint32_t mine = 1u << (4 * group + warp_in_group);
-              if (warp_in_group == 0) {
-                mine |= half & 0x100u;
-                tma::arrive_expect_bytes(barrier, __popc(half) * kColumnBlockBytes);
-              }
-              load_page_blocks(args, stage_smem(j), barrier, page_id, kv_head, mine, l2_policy);
-            }
-            __syncwarp();
-          }
-          return;
-        }
         if (lane == 0) {
           const uint32_t cta_page = base + j;
           __threadfence_block();  // as in release(): this warp's reads before the count
