@@ -1,0 +1,54 @@
+// Thread-block cluster helpers (sm_90): this CTA's rank, a peer CTA's shared-memory address, the
+// cluster-wide barrier, and the cluster-scope forms of a shared atomic and of an mbarrier arrival.
+// Each wrapper is one PTX instruction (two for the barrier); no policy lives here.
+#pragma once
+
+#include <cstdint>
+
+namespace mla::kernels::cluster {
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t rank() {
+  uint32_t value;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(value));
+  return value;
+}
+
+// The shared::cluster address of the variable at `smem` (this CTA's shared::cta address) in the
+// CTA of rank `cta_rank`: every CTA of a kernel has the same layout.
+__device__ __forceinline__ uint32_t peer_address(uint32_t smem, uint32_t cta_rank) {
+  uint32_t address;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(address) : "r"(smem), "r"(cta_rank));
+  return address;
+}
+
+// Every thread of every CTA of the cluster: this CTA's earlier memory operations are visible to
+// the cluster once all have arrived (release / acquire).
+__device__ __forceinline__ void sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+
+// Adds `value` to the 32-bit word at the shared::cluster address `address`, acquire-release at
+// cluster scope; returns the old value.
+__device__ __forceinline__ uint32_t atomic_add(uint32_t address, uint32_t value) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.cluster.shared::cluster.add.u32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "r"(address), "r"(value)
+               : "memory");
+  return old;
+}
+
+// Arrives on the mbarrier at the shared::cluster address `barrier` (possibly another CTA's) and
+// announces `bytes` of copies to it.
+__device__ __forceinline__ void arrive_expect_bytes(uint32_t barrier, uint32_t bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(barrier),
+      "r"(bytes)
+      : "memory");
+}
+
+}  // namespace mla::kernels::cluster
