@@ -1,5 +1,5 @@
 // Thread-block cluster helpers (sm_90): this CTA's rank, a peer CTA's shared-memory address, the
-// cluster-wide barrier, and the cluster-scope forms of a shared atomic and of an mbarrier arrival.
+// cluster-wide barrier, and the cluster-scope forms of the mbarrier operations.
 // Each wrapper is one PTX instruction (two for the barrier); no policy lives here.
 #pragma once
 
@@ -31,15 +31,25 @@ __device__ __forceinline__ void sync() {
           : "memory");
 }
 
-// Adds `value` to the 32-bit word at the shared::cluster address `address`, acquire-release at
-// cluster scope; returns the old value.
-__device__ __forceinline__ uint32_t atomic_add(uint32_t address, uint32_t value) {
-  uint32_t old;
-  asm volatile("atom.acq_rel.cluster.shared::cluster.add.u32 %0, [%1], %2;\n"
-               : "=r"(old)
-               : "r"(address), "r"(value)
+// Arrives on the mbarrier at the shared::cluster address `barrier` (possibly another CTA's),
+// releasing this thread's earlier memory operations at cluster scope; does not wait.
+__device__ __forceinline__ void arrive(uint32_t barrier) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(barrier)
                : "memory");
-  return old;
+}
+
+// Blocks until the phase with this parity of this CTA's mbarrier at `barrier` has completed,
+// acquiring at cluster scope what the arrivals on it (from any CTA of the cluster) released.
+__device__ __forceinline__ void wait_parity(uint32_t barrier, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(parity)
+        : "memory");
+  } while (!done);
 }
 
 // Arrives on the mbarrier at the shared::cluster address `barrier` (possibly another CTA's) and
