@@ -265,8 +265,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (j >= num_pages || (multicast && h != int(cluster_rank))) continue;
           const uint32_t stage = kv_smem0 + ((base + j) & 1) * kPageBytes;
           if (multicast) {
-            issue_page_blocks_to_pair(args, stage, half_barrier(j, h), 1, page_ids[j], kv_head,
-                                      seesaw_half_blocks(h, j & 1), l2_policy);
+            issue_page_blocks_to_pair(args, stage, half_barrier(j, h), cluster_rank ^ 1,
+                                      page_ids[j], kv_head, seesaw_half_blocks(h, j & 1),
+                                      l2_policy);
           } else {
             issue_page_blocks(args, stage, half_barrier(j, h), page_ids[j], kv_head,
                               seesaw_half_blocks(h, j & 1), l2_policy);
