@@ -36,18 +36,6 @@ void launch_programmatic_dependent(void (*kernel)(Args), dim3 grid, dim3 block, 
   launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
 }
 
-// A launch in thread-block clusters of `cluster` CTAs (the grid a multiple of it).
-template <typename Args>
-void launch_clusters(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
-                     cudaStream_t stream, const Args& args, dim3 cluster) {
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster.x;
-  attribute.val.clusterDim.y = cluster.y;
-  attribute.val.clusterDim.z = cluster.z;
-  launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
-}
-
 // A cooperative launch: every CTA of the grid is resident at once, or the launch fails
 // (cudaErrorCooperativeLaunchTooLarge, e.g. under an MPS share or a green context smaller than
 // the grid). The kernel does not need grid.sync(); it relies on co-residency alone.

@@ -81,19 +81,6 @@ __device__ __forceinline__ void load_4d(uint32_t dst_smem, const void* tensor_ma
       : "memory");
 }
 
-// load_4d() into the same shared address of every CTA of the cluster in `cta_mask` (one read of
-// the source), completing on the mbarrier at `barrier`'s offset in each.
-__device__ __forceinline__ void load_4d_multicast(uint32_t dst_smem, const void* tensor_map,
-                                                  uint32_t barrier, int c0, int c1, int c2, int c3,
-                                                  uint16_t cta_mask, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
-      "cluster.L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7, %8;\n" ::"r"(dst_smem),
-      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier),
-      "h"(cta_mask), "l"(policy)
-      : "memory");
-}
-
 // 5-D tiled copy global → shared, as load_4d().
 __device__ __forceinline__ void load_5d(uint32_t dst_smem, const void* tensor_map, uint32_t barrier,
                                         int c0, int c1, int c2, int c3, int c4, uint64_t policy) {

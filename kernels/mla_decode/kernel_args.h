@@ -37,11 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // Experiment (MLA_DECODE_PAGE_MULTICAST=1): the pairs order with the launched combine, launched
-  // as clusters of the two 64-row tiles (blockIdx.y 2k, 2k + 1) of one kv head: they read the same
-  // pages, so each half page is copied once for both (TMA multicast) once both CTAs have released
-  // it. Needs an even num_row_tiles.
-  bool page_multicast = false;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

@@ -438,10 +438,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
           schedule == MlaDecodeSchedule::kSeesawSFirst  ? decode::SeesawOrder::kSFirst
           : schedule == MlaDecodeSchedule::kSeesawPairs ? decode::SeesawOrder::kPairs
                                                         : decode::SeesawOrder::kPvFirst;
-      // Experiment: the two 64-row tiles of a kv head as one cluster sharing their page copies.
-      static const bool page_multicast = environment_count("MLA_DECODE_PAGE_MULTICAST", 1) == 1;
-      args.page_multicast = page_multicast && order == decode::SeesawOrder::kPairs &&
-                            !fused_combine && args.shape.num_row_tiles % 2 == 0;
       if (pair_trace != nullptr) {
         decode::launch_splitkv_seesaw_pair_trace(args, stream);
       } else if (timeline != nullptr) {  // launch_mla_decode_with_timeline() checked the order

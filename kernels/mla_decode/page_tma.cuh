@@ -13,7 +13,6 @@
 
 #include <cstdint>
 
-#include "common/cluster.cuh"
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -39,25 +38,6 @@ __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, 
     if ((block_mask >> block) & 1u)
       tma::load_4d(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier, block * 64,
                    0, page_id, kv_head, l2_policy);
-  }
-}
-
-// One thread of a 2-CTA cluster: those blocks into the same stage of both CTAs (one L2 read of
-// each block, multicast), completing on `barrier`'s offset in both; the bytes are announced on
-// this CTA's barrier and on the peer's (rank `peer_rank`).
-__device__ __forceinline__ void issue_page_blocks_to_pair(const DecodeKernelArgs& args,
-                                                          uint32_t stage_smem, uint32_t barrier,
-                                                          uint32_t peer_rank, int page_id,
-                                                          int kv_head, uint32_t block_mask,
-                                                          uint64_t l2_policy) {
-  const uint32_t bytes = __popc(block_mask) * kColumnBlockBytes;
-  tma::arrive_expect_bytes(barrier, bytes);
-  cluster::arrive_expect_bytes(cluster::peer_address(barrier, peer_rank), bytes);
-#pragma unroll
-  for (int block = 0; block < kChunksQK / 8; ++block) {
-    if ((block_mask >> block) & 1u)
-      tma::load_4d_multicast(stage_smem + block * kColumnBlockBytes, &args.kv_tensor_map, barrier,
-                             block * 64, 0, page_id, kv_head, 0x3, l2_policy);
   }
 }
 

@@ -53,7 +53,6 @@
 #include <cmath>
 #include <type_traits>
 
-#include "common/cluster.cuh"
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
@@ -91,7 +90,6 @@ struct SeesawSharedStorage {
   int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
   uint64_t half_full[kStages][2];              // pairs: TMA completion of each half
-  uint64_t peer_released[kStages][2];          // multicast: the peer CTA is done with the half
   uint64_t query_full;                         // the query tile's TMA copy (args.query_by_tma)
   PendingMerges pending;                       // the fused combine's split pieces
 };
@@ -189,7 +187,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       smem.released[stage] = 0;
       for (int half = 0; half < 2; ++half) {
         tma::barrier_init(half_full0 + (stage * 2 + half) * 8, 1);
-        tma::barrier_init(ptx::smem_address(&smem.peer_released[stage][half]), 1);
         smem.released_half[stage][half] = 0;
       }
     }
@@ -202,15 +199,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }
   ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
-  // Experiment (args.page_multicast): this CTA and its peer in a 2-CTA cluster (the other 64-row
-  // tile of the kv head) take the same pieces, so every half page is copied once into both
-  // (multicast). Half h of every page is copied by the CTA of rank h: once its own four warps of
-  // warpgroup h are done with the half, the last of them waits for the peer's (the peer's last
-  // warp arrives on peer_released remotely) and issues the copies. A cluster barrier before each
-  // piece's first copies (both CTAs are done with the previous piece's stages) and before the CTAs
-  // exit (no copy or arrival still targets one).
-  const bool multicast = kPairs && !kFusedCombine && args.page_multicast;
-  const uint32_t cluster_rank = multicast ? cluster::rank() : 0;
   const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   __syncthreads();
@@ -253,7 +241,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
-    if (multicast) cluster::sync();  // the peer is done with the previous piece's stages too
     if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
       if constexpr (kPairs) {
         // The halves each warpgroup's S needs first (its own), then the others.
@@ -262,16 +249,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
-          if (j >= num_pages || (multicast && h != int(cluster_rank))) continue;
-          const uint32_t stage = kv_smem0 + ((base + j) & 1) * kPageBytes;
-          if (multicast) {
-            issue_page_blocks_to_pair(args, stage, half_barrier(j, h), cluster_rank ^ 1,
-                                      page_ids[j], kv_head, seesaw_half_blocks(h, j & 1),
-                                      l2_policy);
-          } else {
-            issue_page_blocks(args, stage, half_barrier(j, h), page_ids[j], kv_head,
-                              seesaw_half_blocks(h, j & 1), l2_policy);
-          }
+          if (j < num_pages)
+            issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
+                              page_ids[j], kv_head, seesaw_half_blocks(h, j & 1), l2_policy);
         }
       } else {
         seesaw_issue_page(args, kv_smem0, full0, base, batch_index, piece.page_begin, kv_head,
@@ -523,24 +503,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // This warp is done with its warpgroup's half of page j (and, for the other's page, the
       // rope block holding P): count it; the fourth warp issues that half of page j + 2.
       auto release_half = [&](int j) {
-        if (multicast && lane == 0) {
-          const uint32_t cta_page = base + j;
-          __threadfence_block();  // as below: this warp's reads before the count
-          const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
-          if (before % 4 == 3) {  // this CTA's four warps are done with the half
-            __threadfence_block();
-            const uint32_t peer_done = ptx::smem_address(&smem.peer_released[cta_page & 1][group]);
-            if (int(cluster_rank) != group) {  // the peer copies this half: tell it
-              cluster::arrive(cluster::peer_address(peer_done, group));
-            } else if (j + 2 < num_pages) {  // one peer arrival per release of the half
-              cluster::wait_parity(peer_done, (before / 4) & 1);
-              issue_page_blocks_to_pair(args, stage_smem(j), half_barrier(j, group),
-                                        cluster_rank ^ 1,
-                                        page_id_of(args, batch_index, piece.page_begin + j + 2),
-                                        kv_head, seesaw_half_blocks(group, j & 1), l2_policy);
-            }
-          }
-        } else if (lane == 0) {
+        if (lane == 0) {
           const uint32_t cta_page = base + j;
           __threadfence_block();  // as in release(): this warp's reads before the count
           const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
@@ -761,7 +724,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kStagedEpilogue) {
     if (tid < kSeesawRows) tma::bulk_wait_all();  // the last piece's rows, before the CTA ends
   }
-  if (multicast) cluster::sync();  // the peer's last counts and copies have reached this CTA
   stamp(kTimelineExit, true);
 }
 
@@ -789,11 +751,7 @@ static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, b
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
   const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
   // kFused's CTAs wait for each other: all resident at once, or the launch fails.
-  if (args.page_multicast) {  // set only without kFused and with an even grid.y (launch_decode)
-    launch_clusters(kernel, grid, dim3(kThreads), kSmemBytes, stream, args, dim3(1, 2, 1));
-  } else {
-    launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
-  }
+  launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_seesaw (fused combine)"
                                  : "mla_decode_splitkv_seesaw");
 }
