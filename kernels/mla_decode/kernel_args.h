@@ -37,9 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // Experiment (MLA_DECODE_COMBINE_CTAS=n): the launched per-row combine's grid capped at n CTAs
-  // (its warps loop over the rows); 0 keeps one warp per row.
-  int combine_ctas = 0;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

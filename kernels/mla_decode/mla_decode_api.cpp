@@ -448,8 +448,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     }
   }
   if (!fused_combine) {
-    static const int64_t combine_ctas = environment_count("MLA_DECODE_COMBINE_CTAS", 1 << 20);
-    args.combine_ctas = static_cast<int>(combine_ctas > 0 ? combine_ctas : 0);
     mark_phase("combine", stream);
     decode::launch_combine_kernel(args, launched_combine_kind(params, fast), stream);
   }

@@ -135,10 +135,9 @@ __device__ __forceinline__ float warp_max(int count, int lane, const Value& valu
   return result;
 }
 
-// One warp per (sequence, kv head, row), each warp taking items warp, warp + the grid's warps, ...
-// (the grid may be smaller than the item count: fewer CTAs to schedule once the split-KV grid is
-// done). Sequences with one split were written by the split-KV kernel; with none (seqlen 0) they
-// get out = 0, lse = +inf; with more, the partials are merged by their log-sum-exp.
+// One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
+// kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged by
+// their log-sum-exp.
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
   constexpr int kColumnsPerWarp = kDimV;
@@ -147,81 +146,73 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   constexpr int kPasses = kColumnsPerWarp / (32 * kColsPerLanePass);  // 4
   const MlaDecodeParams& p = args.params;
   const int lane = threadIdx.x & 31;
+  const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
   const int rows_total = args.shape.rows_per_kv_head;
-  const int items_per_seq = p.num_heads_kv * rows_total * kSlices;
-  const int64_t items = int64_t(p.batch) * items_per_seq;
-  const int64_t stride = int64_t(gridDim.x) * kCombineRowsPerBlock;
-  int64_t item = int64_t(blockIdx.x) * kCombineRowsPerBlock + (threadIdx.x >> 5);
-  // The plan was written before the split-KV grid started, so the first item's split count is
-  // read before waiting for it.
+  if (warp_index >= p.num_heads_kv * rows_total * kSlices) return;
+  const int row_index = warp_index / kSlices;
+  const int column0 = (warp_index % kSlices) * kColumnsPerWarp;
+  const int batch_index = blockIdx.y;
+  // The plan was written before the split-KV grid started, so it is read before waiting for it.
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
-  int first_splits = item < items ? plan.num_splits(int(item / items_per_seq)) : 1;
+  const int num_splits = plan.num_splits(batch_index);
+  const int split0 = plan.split_begin()[batch_index];
   // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
   // finished without waiting could let the stream's next kernel overtake the split grid.
   ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
-  for (; item < items; item += stride, first_splits = 0) {
-    const int batch_index = int(item / items_per_seq);
-    const int warp_index = int(item % items_per_seq);
-    const int num_splits = first_splits > 0 ? first_splits : plan.num_splits(batch_index);
-    if (num_splits == 1) continue;
-    const int row_index = warp_index / kSlices;
-    const int column0 = (warp_index % kSlices) * kColumnsPerWarp;
-    const int split0 = plan.split_begin()[batch_index];
+  if (num_splits == 1) return;
 
-    const int kv_head = row_index / rows_total;
-    const int r = row_index % rows_total;
-    const auto [s, head] = query_row(args, kv_head, r);
-    auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
-                    s * p.out_seq_stride + head * p.out_head_stride + column0;
-    float* lse_out =
-        p.lse + (static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s;
+  const int kv_head = row_index / rows_total;
+  const int r = row_index % rows_total;
+  const auto [s, head] = query_row(args, kv_head, r);
+  auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
+                  s * p.out_seq_stride + head * p.out_head_stride + column0;
+  float* lse_out =
+      p.lse + (static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s;
 
-    auto partial_index = [&](int k) {
-      return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
-    };
+  auto partial_index = [&](int k) {
+    return (static_cast<int64_t>(split0 + k) * p.num_heads_kv + kv_head) * rows_total + r;
+  };
 
-    const float max_lse =
-        warp_max(num_splits, lane, [&](int k) { return args.partial_lse[partial_index(k)]; });
+  const float max_lse =
+      warp_max(num_splits, lane, [&](int k) { return args.partial_lse[partial_index(k)]; });
 
-    float acc[kPasses][kColsPerLanePass] = {};
-    float lse_final = INFINITY;  // no key seen anywhere: out = 0, lse = +inf
-    if (max_lse != -INFINITY) {
-      float sum = 0.f;
-      for (int k = lane; k < num_splits; k += 32)
-        sum += expf(args.partial_lse[partial_index(k)] - max_lse);
+  float acc[kPasses][kColsPerLanePass] = {};
+  float lse_final = INFINITY;  // no key seen anywhere: out = 0, lse = +inf
+  if (max_lse != -INFINITY) {
+    float sum = 0.f;
+    for (int k = lane; k < num_splits; k += 32)
+      sum += expf(args.partial_lse[partial_index(k)] - max_lse);
 #pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      const float inv_sum = 1.f / sum;
-      lse_final = max_lse + logf(sum);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inv_sum = 1.f / sum;
+    lse_final = max_lse + logf(sum);
 #pragma unroll 4
-      for (int k = 0; k < num_splits; ++k) {
-        const int64_t index = partial_index(k);
-        const float weight = expf(args.partial_lse[index] - max_lse) * inv_sum;
-        if (weight == 0.f) continue;  // an empty piece: its partial is 0 (and may be skipped)
-        const float* partial = args.partial_out + index * kDimV + column0;
+    for (int k = 0; k < num_splits; ++k) {
+      const int64_t index = partial_index(k);
+      const float weight = expf(args.partial_lse[index] - max_lse) * inv_sum;
+      if (weight == 0.f) continue;  // an empty piece: its partial is 0 (and may be skipped)
+      const float* partial = args.partial_out + index * kDimV + column0;
 #pragma unroll
-        for (int pass = 0; pass < kPasses; ++pass) {
-          const float4 v =
-              *reinterpret_cast<const float4*>(partial + (pass * 32 + lane) * kColsPerLanePass);
-          acc[pass][0] += weight * v.x;
-          acc[pass][1] += weight * v.y;
-          acc[pass][2] += weight * v.z;
-          acc[pass][3] += weight * v.w;
-        }
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(partial + (pass * 32 + lane) * kColsPerLanePass);
+        acc[pass][0] += weight * v.x;
+        acc[pass][1] += weight * v.y;
+        acc[pass][2] += weight * v.z;
+        acc[pass][3] += weight * v.w;
       }
     }
-#pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      __nv_bfloat162 lo = __floats2bfloat162_rn(acc[pass][0], acc[pass][1]);
-      __nv_bfloat162 hi = __floats2bfloat162_rn(acc[pass][2], acc[pass][3]);
-      uint2 packed;
-      packed.x = *reinterpret_cast<uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(out_row + (pass * 32 + lane) * kColsPerLanePass) = packed;
-    }
-    if (lane == 0 && column0 == 0) *lse_out = lse_final;
   }
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[pass][0], acc[pass][1]);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[pass][2], acc[pass][3]);
+    uint2 packed;
+    packed.x = *reinterpret_cast<uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out_row + (pass * 32 + lane) * kColsPerLanePass) = packed;
+  }
+  if (lane == 0 && column0 == 0) *lse_out = lse_final;
 }
 
 // kFast's combine for small batches, sliced: one CTA of 256 threads per (sequence, kv head, row,
@@ -373,11 +364,7 @@ void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how
     MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
     return;
   }
-  // One warp per row, or fewer CTAs than that (MLA_DECODE_COMBINE_CTAS, an experiment).
-  const int64_t items = int64_t(rows) * args.params.batch;
-  const int64_t ctas = (items + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock;
-  const int64_t cap = args.combine_ctas > 0 ? args.combine_ctas : ctas;
-  const dim3 grid(static_cast<unsigned>(ctas < cap ? ctas : cap));
+  const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
   if (how == DecodeCombineLaunch::kPerRowDependent) {
     launch_programmatic_dependent(mla_decode_combine_kernel, grid, dim3(kCombineRowsPerBlock * 32),
                                   0, stream, args);
