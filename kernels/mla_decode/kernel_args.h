@@ -37,10 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // Experiment (MLA_DECODE_HALF_BY_LANES=1): the pairs order's page blocks are copied by the lanes
-  // of the issuing warp, a block each (a piece's first two pages by warp 0's lanes), instead of
-  // all of a half's (or of both pages') blocks by one thread.
-  bool half_by_lanes = false;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

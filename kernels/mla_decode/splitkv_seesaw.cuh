@@ -241,24 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
-    if (kPairs && args.half_by_lanes) {
-      // Warp 0's lanes 0..17: lane 9j + b copies block b of page j; the first block of each
-      // half announces the half's bytes (a copy may land before: the phase waits for it).
-      if (tid < 2 * (kChunksQK / 8)) {
-        const int j = tid / (kChunksQK / 8), block = tid % (kChunksQK / 8);
-        // The rope block rides with the half of the warpgroup that does not own the page.
-        const int h = block < 4 ? 0 : block < 8 ? 1 : 1 - (j & 1);
-        if (j < num_pages) {
-          const uint32_t barrier = half_barrier(j, h);
-          if (block == 4 * h)
-            tma::arrive_expect_bytes(barrier,
-                                     __popc(seesaw_half_blocks(h, j & 1)) * kColumnBlockBytes);
-          tma::load_4d(kv_smem0 + ((base + j) & 1) * kPageBytes + block * kColumnBlockBytes,
-                       &args.kv_tensor_map, barrier, block * 64, 0,
-                       page_id_of(args, batch_index, piece.page_begin + j), kv_head, l2_policy);
-        }
-      }
-    } else if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
+    if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
       if constexpr (kPairs) {
         // The halves each warpgroup's S needs first (its own), then the others.
         const int page_ids[2] = {
@@ -520,29 +503,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       // This warp is done with its warpgroup's half of page j (and, for the other's page, the
       // rope block holding P): count it; the fourth warp issues that half of page j + 2.
       auto release_half = [&](int j) {
-        if (args.half_by_lanes) {
-          // The fourth warp to count copies the half from its lanes, a block each.
-          const uint32_t cta_page = base + j;
-          int before = 0;
-          if (lane == 0) {
-            __threadfence_block();  // as below: this warp's reads before the count
-            before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
-            __threadfence_block();
-          }
-          before = __shfl_sync(0xffffffffu, before, 0);
-          __syncwarp();  // lane 0's acquire of the other warps' releases before any copy
-          if (before % 4 == 3 && j + 2 < num_pages) {
-            const uint32_t blocks = seesaw_half_blocks(group, j & 1);
-            const uint32_t barrier = half_barrier(j, group);
-            if (lane == 0) tma::arrive_expect_bytes(barrier, __popc(blocks) * kColumnBlockBytes);
-            if (lane < kChunksQK / 8 && ((blocks >> lane) & 1u))
-              tma::load_4d(stage_smem(j) + lane * kColumnBlockBytes, &args.kv_tensor_map, barrier,
-                           lane * 64, 0, page_id_of(args, batch_index, piece.page_begin + j + 2),
-                           kv_head, l2_policy);
-          }
-          __syncwarp();
-          return;
-        }
         if (lane == 0) {
           const uint32_t cta_page = base + j;
           __threadfence_block();  // as in release(): this warp's reads before the count
