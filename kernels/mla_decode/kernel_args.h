@@ -37,9 +37,6 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
-  // Experiment (MLA_DECODE_STAGGER_CYCLES=n): the seesaw's CTAs start (blockIdx.x mod 4) · n SM
-  // cycles late, so that CTAs with equal work do not ask for their pages at the same moments.
-  int stagger_cycles = 0;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

@@ -425,8 +425,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       query_tma_from_environment() &&
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
-  static const int64_t stagger_cycles = environment_count("MLA_DECODE_STAGGER_CYCLES", 1 << 20);
-  args.stagger_cycles = static_cast<int>(stagger_cycles > 0 ? stagger_cycles : 0);
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);

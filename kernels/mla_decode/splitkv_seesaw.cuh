@@ -198,12 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (args.query_by_tma) tma::prefetch_tensor_map(&args.q_tensor_map);
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }
-  ptx::launch_dependents();       // a dependent combine waits for this grid before reading anything
-  if (args.stagger_cycles > 0) {  // experiment: see DecodeKernelArgs::stagger_cycles
-    const long long until = clock64() + (long long)(blockIdx.x % 4) * args.stagger_cycles;
-    while (clock64() < until) {
-    }
-  }
+  ptx::launch_dependents();  // a dependent combine waits for this grid before reading anything
   const uint64_t l2_policy = tma::evict_first_policy();  // any warp may issue a page
   const TileLoader<128, kColumnBlockBytes> loader(tid);
   __syncthreads();
