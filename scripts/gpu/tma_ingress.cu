@@ -5,8 +5,9 @@
 // pool of pages that fits in L2 and from one far larger than L2; then in rounds, unicast boxes of
 // 64 and 32 rows and 64-row boxes multicast to 2-CTA clusters; then boxes of 1, 3 and 9 column
 // blocks through a 4-D view of the pool (one TMA instruction for a third of a page or all of it);
-// then 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA (added after the thirteenth session's
-// last device call: not yet run).
+// then 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA; then bursts of 5, 9 or 18 boxes issued
+// at once by one thread, a warp's lanes or as many warps (added in the fourteenth session after
+// its last device call: not yet run).
 //
 // One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
 // CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
@@ -247,6 +248,44 @@ __global__ void __launch_bounds__(256)
   if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
 }
 
+// Bursts as the decode kernels' pairs see them: `burst` 8 KB boxes (a half page is 4-5, a page
+// 9, a pair's pages 18), each on its own barrier, issued at once by one thread (mode 0), by lanes
+// 0..burst-1 of warp 0 (mode 1) or by lane 0 of warps 0..burst-1 (mode 2); thread 0 waits for
+// the whole burst, then the CTA syncs and issues the next. Whether the time a burst takes to land
+// depends on who issues it, alone and with every SM doing the same.
+__global__ void __launch_bounds__(32 * kMaxInFlight)
+    ingress_burst_kernel(const __grid_constant__ CUtensorMap map, int num_pages, int burst,
+                         int bursts, int mode, unsigned long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ __align__(8) uint64_t barriers[kMaxInFlight];
+  if (threadIdx.x == 0) init_barriers(barriers, burst);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long start = clock64();
+  for (int b = 0; b < bursts; ++b) {
+    for (int k = 0; k < burst; ++k) {
+      const bool mine = mode == 0   ? threadIdx.x == 0
+                        : mode == 1 ? warp == 0 && lane == k
+                                    : lane == 0 && warp == k;
+      if (!mine) continue;
+      const uint32_t barrier = smem_u32(&barriers[k]);
+      tma::arrive_expect_bytes(barrier, kBoxBytes);
+      const int page = page_of(blockIdx.x, b * 2 + k / kBlocksPerPage, num_pages);
+      asm volatile(
+          "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + k * kBoxBytes)),
+          "l"(reinterpret_cast<uint64_t>(&map)), "r"((k % kBlocksPerPage) * 64), "r"(0), "r"(page),
+          "r"(barrier)
+          : "memory");
+    }
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < burst; ++k) tma::wait_parity(smem_u32(&barriers[k]), b & 1);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
+}
+
 // The pool as {576 columns, 64 tokens, pages}, boxes of 64 columns × `box_rows` tokens.
 CUtensorMap make_map(void* pool, int num_pages, int box_rows = kTokens) {
   mla::cuda::TensorMapBf16Spec spec;
@@ -351,7 +390,8 @@ int main() {
                              reinterpret_cast<const void*>(ingress_rounds_kernel<false>),
                              reinterpret_cast<const void*>(ingress_rounds_kernel<true>),
                              reinterpret_cast<const void*>(ingress_blocks_kernel),
-                             reinterpret_cast<const void*>(ingress_warps_kernel)}) {
+                             reinterpret_cast<const void*>(ingress_warps_kernel),
+                             reinterpret_cast<const void*>(ingress_burst_kernel)}) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }
   CHECK(cudaFuncSetAttribute(ingress_rounds_kernel<true>,
@@ -471,6 +511,33 @@ int main() {
             ctas, bytes, boxes, cycles);
         std::printf("%-6d %5d %12.1f %12.1f %12.0f\n", warps, ctas, rate.bytes_per_sm_cycle,
                     rate.cycles_per_unit, rate.grid_gbs);
+      }
+    }
+  }
+
+  // Bursts of 5, 9 or 18 boxes issued at once by one thread, by a warp's lanes or by as many
+  // warps; each waited for whole before the next.
+  std::printf("\nbursts of 8 KB boxes issued at once, each waited for whole, L2 pool\n");
+  std::printf("%-6s %-8s %5s %12s %14s %12s\n", "boxes", "issuers", "CTAs", "B/cycle/SM",
+              "cycles/burst", "grid GB/s");
+  {
+    const CUtensorMap map = make_map(data, l2_pages);
+    const int bursts = 128;
+    for (int ctas : {1, sms}) {
+      for (int burst : {5, 9, 18}) {
+        for (int mode : {0, 1, 2}) {
+          const Rate rate = measure(
+              [&] {
+                ingress_burst_kernel<<<ctas, 32 * kMaxInFlight, kSmemBytes>>>(map, l2_pages, burst,
+                                                                              bursts, mode, cycles);
+              },
+              ctas, double(bursts) * burst * kBoxBytes, bursts, cycles);
+          std::printf("%-6d %-8s %5d %12.1f %14.1f %12.0f\n", burst,
+                      mode == 0   ? "thread"
+                      : mode == 1 ? "lanes"
+                                  : "warps",
+                      ctas, rate.bytes_per_sm_cycle, rate.cycles_per_unit, rate.grid_gbs);
+        }
       }
     }
   }
