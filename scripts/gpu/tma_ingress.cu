@@ -66,6 +66,17 @@ __device__ int page_of(unsigned cta, int visit, int num_pages) {
   return static_cast<int>((cta * 7919u + visit * 104729u) % static_cast<unsigned>(num_pages));
 }
 
+// One 3-D tiled copy: the box at {column, 0, page} of `map` into `dst`, completing its bytes on
+// `barrier` (announced by the caller).
+__device__ void copy_box(uint32_t dst, const CUtensorMap& map, uint32_t barrier, int column,
+                         int page) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page), "r"(barrier)
+      : "memory");
+}
+
 // `count` copies through `in_flight` slots: copy i is issued once copy i − in_flight has landed.
 template <typename Issue, typename Wait>
 __device__ void pipeline(int count, int in_flight, const Issue& issue, const Wait& wait) {
@@ -91,11 +102,7 @@ __global__ void __launch_bounds__(32)
     // Pages spread over the pool, each page's nine blocks in order (as the kernels read them).
     const int page = page_of(blockIdx.x, i / kBlocksPerPage, num_pages);
     const int column = (i % kBlocksPerPage) * 64;
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + slot * kBoxBytes)),
-        "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page), "r"(barrier)
-        : "memory");
+    copy_box(smem_u32(smem + slot * kBoxBytes), map, barrier, column, page);
   };
   auto wait = [&](int i) {
     const uint32_t barrier = smem_u32(&barriers[i % in_flight]);
@@ -158,11 +165,7 @@ __global__ void __launch_bounds__(32)
               "h"(mask)
               : "memory");
         } else {
-          asm volatile(
-              "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-              " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(destination),
-              "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(0), "r"(page), "r"(barrier)
-              : "memory");
+          copy_box(destination, map, barrier, column, page);
         }
       }
       for (int s = 0; s < in_flight; ++s) {
@@ -235,12 +238,8 @@ __global__ void __launch_bounds__(256)
       const uint32_t barrier = smem_u32(&barriers[slot_of(n)]);
       tma::arrive_expect_bytes(barrier, kBoxBytes);
       const int page = page_of(blockIdx.x, i / kBlocksPerPage, num_pages);
-      asm volatile(
-          "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + slot_of(n) * kBoxBytes)),
-          "l"(reinterpret_cast<uint64_t>(&map)), "r"((i % kBlocksPerPage) * 64), "r"(0), "r"(page),
-          "r"(barrier)
-          : "memory");
+      copy_box(smem_u32(smem + slot_of(n) * kBoxBytes), map, barrier, (i % kBlocksPerPage) * 64,
+               page);
     };
     pipeline(mine, per_warp, issue, wait);
   }
@@ -271,12 +270,7 @@ __global__ void __launch_bounds__(32 * kMaxInFlight)
       const uint32_t barrier = smem_u32(&barriers[k]);
       tma::arrive_expect_bytes(barrier, kBoxBytes);
       const int page = page_of(blockIdx.x, b * 2 + k / kBlocksPerPage, num_pages);
-      asm volatile(
-          "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem + k * kBoxBytes)),
-          "l"(reinterpret_cast<uint64_t>(&map)), "r"((k % kBlocksPerPage) * 64), "r"(0), "r"(page),
-          "r"(barrier)
-          : "memory");
+      copy_box(smem_u32(smem + k * kBoxBytes), map, barrier, (k % kBlocksPerPage) * 64, page);
     }
     if (threadIdx.x == 0) {
       for (int k = 0; k < burst; ++k) tma::wait_parity(smem_u32(&barriers[k]), b & 1);
