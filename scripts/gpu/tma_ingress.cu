@@ -6,8 +6,9 @@
 // 64 and 32 rows and 64-row boxes multicast to 2-CTA clusters; then boxes of 1, 3 and 9 column
 // blocks through a 4-D view of the pool (one TMA instruction for a third of a page or all of it);
 // then 8 KB boxes issued by 1, 2, 4 or 8 warps of a CTA; then bursts of 5, 9 or 18 boxes issued
-// at once by one thread, a warp's lanes or as many warps (added in the fourteenth session after
-// its last device call: not yet run).
+// at once by one thread, a warp's lanes or as many warps; then distributed shared memory between
+// the CTAs of 2-CTA clusters (remote stores, with the duo experiment's handshake, and by bulk
+// copy).
 //
 // One thread per CTA issues boxes and waits for them on k mbarriers (box i in slot i mod k); a
 // CTA asks for 150 KB of shared memory, so no two share an SM. Printed per configuration: the
@@ -322,6 +323,121 @@ bool make_blocks_map(void* pool, int num_pages, int blocks, CUtensorMap* map) {
   }
 }
 
+// Distributed shared memory between the two CTAs of a 2-CTA cluster (the duo experiment's
+// exchange, fifteenth session): each CTA sends `rounds` × 32 KB to its peer, as two groups of 128
+// threads that each send 16 KB a round into the peer's buffer of the same group.
+//   mode 0: remote 16-byte stores only (st.shared::cluster.v4), no handshake (one cluster barrier
+//           at the end): the network's throughput;
+//   mode 1: the duo's handshake: wait until the peer has read the previous round, 8 remote stores a
+//           thread, an arrival on the peer's "full" mbarrier (release, cluster scope) from every
+//           thread; then wait for the own buffer (acquire), read it, arrive on the peer's "empty";
+//   mode 2: the same exchange by the bulk copy engine: the group's 16 KB staged in the own shared
+//           memory, one cp.async.bulk into the peer's buffer completing on its "full" mbarrier;
+//           one thread of the receiver announces the bytes and, after reading, arrives on the
+//           sender's "empty".
+// Cycles: thread 0's clock64 from the start to after the final cluster barrier.
+__global__ void __launch_bounds__(256)
+    dsmem_kernel(int rounds, int mode, unsigned long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ __align__(8) uint64_t full[2], empty[2];
+  constexpr int kGroupBytes = 16 * 1024;
+  uint8_t* buffer = smem;                     // [2 groups][16 KB]: what the peer sends
+  uint8_t* staging = smem + 2 * kGroupBytes;  // [2 groups][16 KB]: mode 2's outgoing copy
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const int tid = threadIdx.x, group = tid / 128, tid_in_group = tid % 128;
+  if (tid == 0) {
+    for (int g = 0; g < 2; ++g) {
+      tma::barrier_init(smem_u32(&full[g]), mode == 2 ? 1 : 128);
+      tma::barrier_init(smem_u32(&empty[g]), mode == 2 ? 1 : 128);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+  auto peer = [&](const void* local) {
+    uint32_t address;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(address)
+                 : "r"(smem_u32(local)), "r"(rank ^ 1u));
+    return address;
+  };
+  const uint32_t peer_buffer = peer(buffer + group * kGroupBytes);
+  const uint32_t peer_full = peer(&full[group]), peer_empty = peer(&empty[group]);
+  const uint32_t my_full = smem_u32(&full[group]), my_empty = smem_u32(&empty[group]);
+  auto wait = [&](uint32_t barrier, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+          "%2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(barrier), "r"(parity)
+          : "memory");
+    } while (!done);
+  };
+  auto arrive_remote = [&](uint32_t barrier) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(barrier)
+                 : "memory");
+  };
+  float sink = 0.f;
+  const long long start = clock64();
+  for (int round = 0; round < rounds; ++round) {
+    if (mode == 0) {
+      for (int k = 0; k < 8; ++k) {
+        asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                         peer_buffer + (k * 128 + tid_in_group) * 16),
+                     "f"(float(round))
+                     : "memory");
+      }
+      continue;
+    }
+    // The peer has read the previous round (mode 2: so the previous copy has read the staging).
+    if (round >= 1) wait(my_empty, (round - 1) & 1);
+    if (mode == 1) {
+      for (int k = 0; k < 8; ++k) {
+        asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                         peer_buffer + (k * 128 + tid_in_group) * 16),
+                     "f"(float(round))
+                     : "memory");
+      }
+      arrive_remote(peer_full);
+    } else {
+      uint8_t* out = staging + group * kGroupBytes;
+      for (int k = 0; k < 8; ++k)
+        *reinterpret_cast<float4*>(out + (k * 128 + tid_in_group) * 16) =
+            make_float4(round, round, round, round);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
+      if (tid_in_group == 0) {
+        asm volatile(
+            "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], "
+            "%2, [%3];\n" ::"r"(peer_buffer),
+            "r"(smem_u32(out)), "r"(kGroupBytes), "r"(peer_full)
+            : "memory");
+        tma::arrive_expect_bytes(my_full, kGroupBytes);
+      }
+    }
+    wait(my_full, round & 1);
+    for (int k = 0; k < 8; ++k)
+      sink +=
+          reinterpret_cast<const float4*>(buffer + group * kGroupBytes)[k * 128 + tid_in_group].x;
+    if (mode == 1) {
+      arrive_remote(peer_empty);
+    } else {
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");  // all have read
+      if (tid_in_group == 0) arrive_remote(peer_empty);
+    }
+  }
+  asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+  if (tid == 0) cycles[blockIdx.x] = static_cast<unsigned long long>(clock64() - start);
+  if (sink == -1.f) cycles[0] = 0;  // keeps the reads
+}
+
 template <typename T>
 T median(std::vector<T> values) {
   std::sort(values.begin(), values.end());
@@ -532,6 +648,38 @@ int main() {
                                   : "warps",
                       ctas, rate.bytes_per_sm_cycle, rate.cycles_per_unit, rate.grid_gbs);
         }
+      }
+    }
+  }
+  // Distributed shared memory between the CTAs of 2-CTA clusters (one cluster, then every SM).
+  std::printf("\ndistributed shared memory, 2-CTA clusters: 32 KB a round each way per CTA\n");
+  std::printf("%-22s %5s %12s %14s %12s\n", "mode", "CTAs", "B/cycle/SM", "cycles/round",
+              "grid GB/s");
+  {
+    CHECK(cudaFuncSetAttribute(dsmem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kSmemBytes));
+    const int rounds = 512;
+    for (int ctas : {2, sms - sms % 2}) {
+      for (int mode : {0, 1, 2}) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(ctas);
+        config.blockDim = dim3(256);
+        config.dynamicSmemBytes = kSmemBytes;
+        cudaLaunchAttribute attribute = {};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = 2;
+        attribute.val.clusterDim.y = 1;
+        attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        const Rate rate =
+            measure([&] { CHECK(cudaLaunchKernelEx(&config, dsmem_kernel, rounds, mode, cycles)); },
+                    ctas, double(rounds) * 32 * 1024, rounds, cycles);
+        std::printf("%-22s %5d %12.1f %14.1f %12.0f\n",
+                    mode == 0   ? "remote stores"
+                    : mode == 1 ? "stores + handshake"
+                                : "bulk copy + handshake",
+                    ctas, rate.bytes_per_sm_cycle, rate.cycles_per_unit, rate.grid_gbs);
       }
     }
   }
