@@ -100,14 +100,6 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
                            cudaStream_t stream);
 // The pairs order's diagnostic instantiation recording args.pair_trace (launched combine).
 void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream);
-// Launcher of the duo split-KV kernel (an experiment, MLA_DECODE_DUO=1; splitkv_duo.cuh): the two
-// 64-row tiles of a kv head as a 2-CTA cluster that splits the columns. Needs args.query_by_tma,
-// the launched combine and an even number of row tiles of whole rows (duo_applies()).
-void launch_splitkv_duo(const DecodeKernelArgs& args, cudaStream_t stream);
-MLA_HOST_DEVICE bool duo_applies(const DecodeKernelArgs& args) {
-  return args.query_by_tma && args.shape.rows_per_tile == 64 &&
-         args.shape.rows_per_kv_head % 128 == 0 && args.shape.num_row_tiles % 2 == 0;
-}
 // The instantiations recording args.timeline: the pairs order, else P·V first (launched combine).
 void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
                                     cudaStream_t stream);

@@ -147,13 +147,6 @@ bool query_tma_from_environment() {
   return from_environment != 0;
 }
 
-// The duo experiment (splitkv_duo.cuh) where it applies, when the environment's MLA_DECODE_DUO is
-// 1 (read once per process, for measuring).
-bool duo_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_DUO", 1);
-  return from_environment == 1;
-}
-
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
@@ -449,8 +442,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
         decode::launch_splitkv_seesaw_pair_trace(args, stream);
       } else if (timeline != nullptr) {  // launch_mla_decode_with_timeline() checked the order
         decode::launch_splitkv_seesaw_timeline(args, order, stream);
-      } else if (!fused_combine && duo_from_environment() && decode::duo_applies(args)) {
-        decode::launch_splitkv_duo(args, stream);
       } else {
         decode::launch_splitkv_seesaw(args, fused_combine, order, stream);
       }
