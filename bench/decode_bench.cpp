@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -98,7 +99,18 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
                                              const FlashMlaReference* reference,
                                              cudaStream_t stream,
                                              const ProgressCallback& progress) {
-  const int num_sms = cuda::current_device_info().num_sms;
+  // MLA_BENCH_NUM_SMS (for measuring): the plan and the launches spread over that many SMs instead
+  // of the device's, e.g. twice as many parts as SMs, which the block scheduler then hands out as
+  // SMs free up (launched combines only; the fused combine needs every CTA resident).
+  const int num_sms = [] {
+    const char* text = std::getenv("MLA_BENCH_NUM_SMS");
+    if (text == nullptr || *text == '\0') return cuda::current_device_info().num_sms;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (*end != '\0' || value < 1 || value > 4096)
+      throw_error("MLA_BENCH_NUM_SMS must be an integer in [1, 4096], got '{}'", text);
+    return static_cast<int>(value);
+  }();
   const std::vector<DecodeBenchCase> cases = options.only
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);
