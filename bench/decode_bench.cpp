@@ -6,12 +6,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <random>
 
 #include "bench/decode_pair_trace.h"
+#include "bench/flashmla_same_run.h"
 #include "bench/decode_timeline.h"
 #include "bench/timing.h"
 #include "core/error.h"
@@ -92,6 +96,26 @@ std::vector<int32_t> bench_seqlens(const DecodeBenchCase& config) {
   return seqlens;
 }
 
+// max |a − b| / max |b| over `count` bf16 values on the device (FlashMLA's output against ours).
+double max_relative_difference(const void* a, const void* b, size_t count, cudaStream_t stream) {
+  std::vector<uint16_t> host_a(count), host_b(count);
+  MLA_CUDA_CHECK(cudaMemcpyAsync(host_a.data(), a, count * 2, cudaMemcpyDeviceToHost, stream));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(host_b.data(), b, count * 2, cudaMemcpyDeviceToHost, stream));
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  auto value = [](uint16_t bits) {
+    const uint32_t word = uint32_t(bits) << 16;
+    float x;
+    std::memcpy(&x, &word, sizeof(x));
+    return double(x);
+  };
+  double max_diff = 0, max_b = 0;
+  for (size_t i = 0; i < count; ++i) {
+    max_diff = std::max(max_diff, std::abs(value(host_a[i]) - value(host_b[i])));
+    max_b = std::max(max_b, std::abs(value(host_b[i])));
+  }
+  return max_b > 0 ? max_diff / max_b : max_diff;
+}
+
 }  // namespace
 
 std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
@@ -119,7 +143,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     per_case += kernel == kernels::MlaDecodeKernel::kFast
                     ? options.fast_schedules.size() * options.fast_combines.size()
                     : 1;
-  const size_t total = cases.size() * per_case;
+  const size_t total = cases.size() * (per_case + (options.flashmla_same_run ? 1 : 0));
   EventTimer timer(stream);
   std::vector<DecodeBenchRow> rows;
   for (const DecodeBenchCase& config : cases) {
@@ -227,7 +251,31 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     }
     for (const kernels::MlaDecodeParams& variant : variants)
       works.push_back([&variant, stream] { kernels::launch_mla_decode(variant, stream); });
+    std::unique_ptr<FlashMlaSameRun> flashmla;
+    if (options.flashmla_same_run) {
+      FlashMlaProblem problem;
+      problem.batch = batch;
+      problem.seqlen_q = config.seqlen_q;
+      problem.num_heads_q = config.num_heads_q;
+      problem.num_pages = num_pages;
+      problem.max_pages_per_seq = max_pages;
+      problem.softmax_scale = params.softmax_scale;
+      problem.causal = options.causal;
+      problem.num_sms = num_sms;
+      problem.q = q.data();
+      problem.kv_cache = kv.data();
+      problem.block_table = d_block_table.data();
+      problem.seqlens = d_seqlens.data();
+      flashmla = std::make_unique<FlashMlaSameRun>(problem, stream);
+      works.push_back([&flashmla, stream] { flashmla->run(stream); });
+    }
     const std::vector<double> medians = timer.median_us_interleaved(works, options.runs);
+    std::optional<double> flashmla_diff;
+    if (flashmla && !variants.empty()) {
+      kernels::launch_mla_decode(variants.back(), stream);
+      flashmla->run(stream);
+      flashmla_diff = max_relative_difference(flashmla->out(), out.data(), out.size(), stream);
+    }
     if (options.timeline_sink) {
       const int sm_clock_khz = cuda::current_device_info().sm_clock_khz;
       for (size_t k = 0; k < variants.size(); ++k) {
@@ -267,9 +315,24 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       row.pct_copy = 100.0 * row.gbps / ceilings.copy_gbps;
       row.pct_gemm = 100.0 * row.tflops / ceilings.gemm_tflops;
       if (reference != nullptr) row.flashmla_us = reference->lookup(config);
+      if (flashmla) row.flashmla_same_run_us = medians.back();
       row.workspace_bytes = workspace_bytes;
       rows.push_back(row);
       if (progress) progress(rows.size(), total, rows.back());
+    }
+    if (flashmla) {  // FlashMLA's own row, from the same formulas
+      DecodeBenchRow row = rows.back();
+      row.kernel = "flashmla";
+      row.us = medians.back();
+      row.us_plan = 0;  // its scheduler metadata ran once, untimed
+      row.gbps = row.bytes / row.us * 1e-3;
+      row.tflops = row.flops / row.us * 1e-6;
+      row.pct_copy = 100.0 * row.gbps / ceilings.copy_gbps;
+      row.pct_gemm = 100.0 * row.tflops / ceilings.gemm_tflops;
+      row.flashmla_same_run_us.reset();
+      row.out_rel_diff_vs_ours = flashmla_diff;
+      row.workspace_bytes = 0;
+      rows.push_back(row);
     }
   }
   return rows;

@@ -41,6 +41,11 @@ struct DecodeBenchRow {
   double pct_copy = 0;                // of the measured copy ceiling
   double pct_gemm = 0;                // of the measured GEMM ceiling
   std::optional<double> flashmla_us;  // DeepSeek FlashMLA on the H200, same config (reference file)
+  // --flashmla-same-run: FlashMLA's median in this run, timed interleaved with ours (our rows);
+  // on FlashMLA's own row ("flashmla"), max |its output − ours| / max |ours| (ours: the last
+  // kernel of the row, run again after the timing).
+  std::optional<double> flashmla_same_run_us;
+  std::optional<double> out_rel_diff_vs_ours;
   size_t workspace_bytes = 0;
 };
 
@@ -55,6 +60,9 @@ struct DecodeBenchOptions {
   // And once per combine of each schedule (kAuto: no suffix; else "_fused" / "_launched").
   std::vector<kernels::MlaDecodeCombine> fast_combines = {kernels::MlaDecodeCombine::kAuto};
   std::string flashmla_reference_path;  // empty: no reference column
+  // DeepSeek FlashMLA's dense sm90 decode timed beside ours (needs a build with it:
+  // bench/flashmla_same_run.h); its rows are named "flashmla".
+  bool flashmla_same_run = false;
   bool causal = true;
   // Diagnostic: > 0 maps every block-table entry onto the first page_pool pages of the cache (a
   // small pool stays in L2), to measure the kernels without DRAM latency. Bytes and GB/s are

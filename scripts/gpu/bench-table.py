@@ -23,15 +23,23 @@ def main():
              if "one_block_kernel_us" in ceilings else ""))
     print(f"- Reference: {run.get('flashmla_reference', '')}")
     print()
+    # With --flashmla-same-run: FlashMLA's own rows ("flashmla") and a same-run ratio column.
+    same_run = any("speedup_vs_flashmla_same_run" in r for r in run["rows"])
+    extra_head = " × FlashMLA (same run) |" if same_run else ""
     print("| kernel | b | s_q | h_q | s_k | µs | plan µs | GB/s | TFLOP/s | % copy | % GEMM "
-          "| FlashMLA µs (ref) | × FlashMLA | workspace MB |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| FlashMLA µs (ref) | × FlashMLA |" + extra_head + " workspace MB |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          + ("---:|" if same_run else ""))
     for r in run["rows"]:
         flash = f"{r['flashmla_us']:.1f}" if "flashmla_us" in r else "–"
         speedup = f"{r['speedup_vs_flashmla']:.2f}" if "speedup_vs_flashmla" in r else "–"
+        extra = ""
+        if same_run:
+            ratio = r.get("speedup_vs_flashmla_same_run")
+            extra = f" {ratio:.2f} |" if ratio is not None else " – |"
         print(f"| {r['kernel']} | {r['b']} | {r['s_q']} | {r['h_q']} | {r['s_k']} | {r['us']:.1f} "
               f"| {r['us_plan']:.1f} | {r['GBps']:.0f} | {r['TFLOPS']:.1f} | {r['pct_copy']:.1f} "
-              f"| {r['pct_gemm']:.1f} | {flash} | {speedup} | {r['workspace_bytes'] / 1e6:.1f} |")
+              f"| {r['pct_gemm']:.1f} | {flash} | {speedup} |{extra} {r['workspace_bytes'] / 1e6:.1f} |")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@
 #   scripts/gpu/check.sh [full|quick]   (full: the whole benchmark sweep)
 # Order: build, GPU tests, the whole-model benchmarks, the decode benchmark, the Python suite, the
 # CPU tests and the demo (what matters most first, in case the call's time runs out).
+# With .carry/flashmla (scripts/gpu/flashmla-bundle.sh) the build includes DeepSeek FlashMLA's
+# dense decode and the decode benchmark times it beside ours (--flashmla-same-run).
 # MLA_SKIP_PYTHON=1 builds without the PyTorch extension and skips its suite; MLA_SKIP_MODEL_BENCH=1
 # skips the whole-model benchmarks; MLA_DECODE_KERNELS
 # picks the decode benchmark's --kernel (all, seesaw-ab, combine-ab, ...); MLA_CTEST_TIMEOUT bounds
@@ -105,6 +107,7 @@ fi
 step "decode benchmark ($mode)"
 bench_args=(--json "$out/bench-decode.json" --commit "$commit" --kernel "${MLA_DECODE_KERNELS:-all}")
 [ "$mode" = quick ] && bench_args+=(--quick)
+[ -d .carry/flashmla/csrc ] && bench_args+=(--flashmla-same-run)  # FlashMLA timed beside ours
 echo "== mla bench decode" >>"$out/bench-decode.txt"  # after the model benchmarks' text
 build-gpu/mla bench decode "${bench_args[@]}" >build-gpu/bench-decode-table.txt 2>/dev/null || status=1
 tee -a "$out/bench-decode.txt" <build-gpu/bench-decode-table.txt

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the scripts that run ON the lent GPU machine (check.sh, decode-ab.sh): how a source
-# tree is configured for sm_90a there, and which GPU tests must run one at a time.
+# tree is configured for sm_90a there (with FlashMLA built in when .carry/flashmla exists), and
+# which GPU tests must run one at a time.
 
 # The GPU tests that size themselves by the free GPU memory (the memory plan, the servers) or time
 # themselves: one at a time, after the others (which run four at a time).
@@ -15,6 +16,9 @@ mla_gpu_configure() {
   shift 2
   local generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
+  # FlashMLA for the same-run comparison, when scripts/gpu/flashmla-bundle.sh put it in .carry.
+  local flashmla=()
+  [ -d .carry/flashmla/csrc ] && flashmla=(-DMLA_FLASHMLA_DIR="$PWD/.carry/flashmla")
   cmake -S "$source" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DMLA_PTXAS_VERBOSE=ON -DMLA_DEPS_DIR="$PWD/.carry/deps" "$@"
+    -DMLA_PTXAS_VERBOSE=ON -DMLA_DEPS_DIR="$PWD/.carry/deps" "${flashmla[@]}" "$@"
 }

@@ -13,6 +13,7 @@
 #include "bench/ceilings.h"
 #include "bench/decode_bench.h"
 #include "bench/decode_report.h"
+#include "bench/flashmla_same_run.h"
 #include "bench/prefill_bench.h"
 #include "cuda/device.h"
 #endif
@@ -30,6 +31,7 @@ struct BenchDecodeOptions {
   std::string only;  // "b,s_q,h_q,s_k" (s_k 0 = varlen)
   bool timeline = false;
   bool pair_trace = false;
+  bool flashmla_same_run = false;
   int page_pool = 0;
 };
 
@@ -52,6 +54,11 @@ void run_bench_decode(const BenchDecodeOptions& options) {
 
   bench::DecodeBenchOptions bench_options;
   bench_options.quick = options.quick;
+  bench_options.flashmla_same_run = options.flashmla_same_run;
+  if (options.flashmla_same_run && !bench::FlashMlaSameRun::available())
+    throw_error(
+        "--flashmla-same-run: this build has no FlashMLA (run scripts/gpu/flashmla-bundle.sh, then "
+        "configure with -DMLA_FLASHMLA_DIR=<repo>/.carry/flashmla)");
   bench_options.runs = options.quick ? std::min(options.runs, 10) : options.runs;
   using kernels::MlaDecodeKernel;
   if (options.kernel == "all") {
@@ -220,6 +227,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_flag("--pair-trace", options->pair_trace,
                    "Also print each fast row's per-pair trace where it runs the seesaw pairs order "
                    "(when each warpgroup reaches each step of a pair, CTA (0, 0))");
+  decode->add_flag("--flashmla-same-run", options->flashmla_same_run,
+                   "Also time DeepSeek FlashMLA's dense sm90 decode in this run, interleaved with "
+                   "ours (rows \"flashmla\"; a build with MLA_FLASHMLA_DIR)");
   decode
       ->add_option("--page-pool", options->page_pool,
                    "Diagnostic: every sequence's pages drawn from the first N pages of the "
