@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <cstring>
@@ -114,6 +115,41 @@ double max_relative_difference(const void* a, const void* b, size_t count, cudaS
     max_b = std::max(max_b, std::abs(value(host_b[i])));
   }
   return max_b > 0 ? max_diff / max_b : max_diff;
+}
+
+// MLA_BENCH_FLASHMLA_DIAGNOSE (for measuring): ours and FlashMLA's work timed three more ways,
+// printed on stdout: the host's time to enqueue one call (50 calls, no sync between), each alone
+// with the event timer, and each captured once in a CUDA graph and replayed (no host work in the
+// timed region).
+void diagnose_flashmla_timing(const std::function<void()>& ours,
+                              const std::function<void()>& flashmla, EventTimer& timer, int runs,
+                              cudaStream_t stream, const std::string& label) {
+  auto host_us = [&](const std::function<void()>& work) {
+    MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 50; ++i) work();
+    const auto end = std::chrono::steady_clock::now();
+    MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return std::chrono::duration<double, std::micro>(end - start).count() / 50;
+  };
+  auto graph_us = [&](const std::function<void()>& work) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    work();
+    MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double us = timer.median_us([&] { MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, runs);
+    MLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MLA_CUDA_CHECK(cudaGraphDestroy(graph));
+    return us;
+  };
+  fmt::print(
+      "flashmla diagnosis, {}: host µs to enqueue one call: ours {:.1f}, FlashMLA {:.1f}; alone "
+      "(event-timed): ours {:.1f}, FlashMLA {:.1f}; CUDA graph replay: ours {:.1f}, FlashMLA "
+      "{:.1f}\n",
+      label, host_us(ours), host_us(flashmla), timer.median_us(ours, runs),
+      timer.median_us(flashmla, runs), graph_us(ours), graph_us(flashmla));
 }
 
 }  // namespace
@@ -270,6 +306,11 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       works.push_back([&flashmla, stream] { flashmla->run(stream); });
     }
     const std::vector<double> medians = timer.median_us_interleaved(works, options.runs);
+    if (flashmla && !variants.empty() && std::getenv("MLA_BENCH_FLASHMLA_DIAGNOSE") != nullptr)
+      diagnose_flashmla_timing(
+          works.front(), works.back(), timer, options.runs, stream,
+          fmt::format("{} b={} s_q={} h_q={} s_k={}", names.front(), config.batch, config.seqlen_q,
+                      config.num_heads_q, config.seqlen_k_label()));
     std::optional<double> flashmla_diff;
     if (flashmla && !variants.empty()) {
       kernels::launch_mla_decode(variants.back(), stream);
