@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 #include <cstring>
@@ -132,24 +133,44 @@ void diagnose_flashmla_timing(const std::function<void()>& ours,
     MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
     return std::chrono::duration<double, std::micro>(end - start).count() / 50;
   };
-  auto graph_us = [&](const std::function<void()>& work) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
+  // A capture that fails (an enqueue that a graph cannot hold) is reported, not fatal.
+  auto graph_us = [&](const std::function<void()>& work) -> std::string {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
     MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    work();
-    MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double us = timer.median_us([&] { MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, runs);
-    MLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    MLA_CUDA_CHECK(cudaGraphDestroy(graph));
-    return us;
+    std::string failure;
+    try {
+      work();
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (failure.empty() && ended != cudaSuccess) failure = cudaGetErrorString(ended);
+    if (failure.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+      failure = "cudaGraphInstantiate failed";
+    (void)cudaGetLastError();
+    std::string result = "failed (" + failure + ")";
+    if (failure.empty()) {
+      result = fmt::format(
+          "{:.1f}", timer.median_us([&] { MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, runs));
+    }
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return result;
   };
+  const double host_ours = host_us(ours), host_flashmla = host_us(flashmla);
+  const double alone_ours = timer.median_us(ours, runs),
+               alone_flashmla = timer.median_us(flashmla, runs);
   fmt::print(
       "flashmla diagnosis, {}: host µs to enqueue one call: ours {:.1f}, FlashMLA {:.1f}; alone "
-      "(event-timed): ours {:.1f}, FlashMLA {:.1f}; CUDA graph replay: ours {:.1f}, FlashMLA "
-      "{:.1f}\n",
-      label, host_us(ours), host_us(flashmla), timer.median_us(ours, runs),
-      timer.median_us(flashmla, runs), graph_us(ours), graph_us(flashmla));
+      "(event-timed): ours {:.1f}, FlashMLA {:.1f}\n",
+      label, host_ours, host_flashmla, alone_ours, alone_flashmla);
+  std::fflush(stdout);
+  const std::string graph_ours = graph_us(ours);
+  const std::string graph_flashmla = graph_us(flashmla);
+  fmt::print("flashmla diagnosis, {}: CUDA graph replay: ours {}, FlashMLA {}\n", label, graph_ours,
+             graph_flashmla);
+  std::fflush(stdout);
 }
 
 }  // namespace
