@@ -382,27 +382,26 @@ __global__ void __launch_bounds__(256)
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(barrier)
                  : "memory");
   };
+  // This thread's 8 × 16 bytes of the group's 16 KB into the peer's buffer.
+  auto store_remote = [&](int round) {
+    for (int k = 0; k < 8; ++k) {
+      asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                       peer_buffer + (k * 128 + tid_in_group) * 16),
+                   "f"(float(round))
+                   : "memory");
+    }
+  };
   float sink = 0.f;
   const long long start = clock64();
   for (int round = 0; round < rounds; ++round) {
     if (mode == 0) {
-      for (int k = 0; k < 8; ++k) {
-        asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %1, %1, %1};\n" ::"r"(
-                         peer_buffer + (k * 128 + tid_in_group) * 16),
-                     "f"(float(round))
-                     : "memory");
-      }
+      store_remote(round);
       continue;
     }
     // The peer has read the previous round (mode 2: so the previous copy has read the staging).
     if (round >= 1) wait(my_empty, (round - 1) & 1);
     if (mode == 1) {
-      for (int k = 0; k < 8; ++k) {
-        asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %1, %1, %1};\n" ::"r"(
-                         peer_buffer + (k * 128 + tid_in_group) * 16),
-                     "f"(float(round))
-                     : "memory");
-      }
+      store_remote(round);
       arrive_remote(peer_full);
     } else {
       uint8_t* out = staging + group * kGroupBytes;
