@@ -117,29 +117,74 @@ double max_relative_difference(const void* a, const void* b, size_t count, cudaS
   return max_b > 0 ? max_diff / max_b : max_diff;
 }
 
-// MLA_BENCH_FLASHMLA_DIAGNOSE (for measuring): ours and FlashMLA's work timed two more ways,
-// printed on stdout: the host's time to enqueue one call (50 calls, no sync between), and each
-// alone with the event timer (not interleaved with the other). (A CUDA-graph replay, which would
-// take the host out of the timed region, needs a stream other than the legacy default stream the
-// bench uses: capture fails there.)
-void diagnose_flashmla_timing(const std::function<void()>& ours,
-                              const std::function<void()>& flashmla, EventTimer& timer, int runs,
-                              cudaStream_t stream, const std::string& label) {
-  auto host_us = [&](const std::function<void()>& work) {
+// MLA_BENCH_FLASHMLA_DIAGNOSE (for measuring): ours and FlashMLA's work (each enqueued on the
+// stream it is given) timed more ways, printed on stdout: the host's time to enqueue one call
+// (50 calls, no sync between); each alone with the event timer (not interleaved with the other)
+// on the bench's stream; and, on a stream of its own (the bench's legacy default stream cannot be
+// captured), each alone again and each captured once in a CUDA graph and replayed, which takes the
+// host out of the timed region. A capture that fails is reported, not fatal.
+using StreamWork = std::function<void(cudaStream_t)>;
+void diagnose_flashmla_timing(const StreamWork& ours, const StreamWork& flashmla, EventTimer& timer,
+                              int runs, cudaStream_t stream, const std::string& label) {
+  auto host_us = [&](const StreamWork& work) {
     MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 50; ++i) work();
+    for (int i = 0; i < 50; ++i) work(stream);
     const auto end = std::chrono::steady_clock::now();
     MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
     return std::chrono::duration<double, std::micro>(end - start).count() / 50;
   };
   const double host_ours = host_us(ours), host_flashmla = host_us(flashmla);
-  const double alone_ours = timer.median_us(ours, runs);
-  const double alone_flashmla = timer.median_us(flashmla, runs);
+  const double alone_ours = timer.median_us([&] { ours(stream); }, runs);
+  const double alone_flashmla = timer.median_us([&] { flashmla(stream); }, runs);
   fmt::print(
       "flashmla diagnosis, {}: host µs to enqueue one call: ours {:.1f}, FlashMLA {:.1f}; alone "
       "(event-timed): ours {:.1f}, FlashMLA {:.1f}\n",
       label, host_ours, host_flashmla, alone_ours, alone_flashmla);
+
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));  // a non-blocking stream does not wait for it
+  cudaStream_t own;
+  MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+  {
+    EventTimer own_timer(own);
+    auto graph_us = [&](const StreamWork& work) -> std::string {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      std::string failure;
+      if (cudaStreamBeginCapture(own, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        failure = "cudaStreamBeginCapture failed";
+      } else {
+        try {
+          work(own);
+        } catch (const std::exception& error) {
+          failure = error.what();
+        }
+        const cudaError_t ended = cudaStreamEndCapture(own, &graph);
+        if (failure.empty() && ended != cudaSuccess) failure = cudaGetErrorString(ended);
+        if (failure.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+          failure = "cudaGraphInstantiate failed";
+      }
+      (void)cudaGetLastError();
+      std::string result = "failed (" + failure + ")";
+      if (failure.empty()) {
+        result = fmt::format(
+            "{:.1f}",
+            own_timer.median_us([&] { MLA_CUDA_CHECK(cudaGraphLaunch(exec, own)); }, runs));
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return result;
+    };
+    const double own_ours = own_timer.median_us([&] { ours(own); }, runs);
+    const double own_flashmla = own_timer.median_us([&] { flashmla(own); }, runs);
+    const std::string graph_ours = graph_us(ours), graph_flashmla = graph_us(flashmla);
+    fmt::print(
+        "flashmla diagnosis, {}: on a stream of its own: alone ours {:.1f}, FlashMLA {:.1f}; CUDA "
+        "graph replay ours {}, FlashMLA {}\n",
+        label, own_ours, own_flashmla, graph_ours, graph_flashmla);
+    MLA_CUDA_CHECK(cudaStreamSynchronize(own));
+  }
+  MLA_CUDA_CHECK(cudaStreamDestroy(own));
 }
 
 }  // namespace
@@ -298,7 +343,8 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     const std::vector<double> medians = timer.median_us_interleaved(works, options.runs);
     if (flashmla && !variants.empty() && std::getenv("MLA_BENCH_FLASHMLA_DIAGNOSE") != nullptr)
       diagnose_flashmla_timing(
-          works.front(), works.back(), timer, options.runs, stream,
+          [&](cudaStream_t s) { kernels::launch_mla_decode(variants.front(), s); },
+          [&](cudaStream_t s) { flashmla->run(s); }, timer, options.runs, stream,
           fmt::format("{} b={} s_q={} h_q={} s_k={}", names.front(), config.batch, config.seqlen_q,
                       config.num_heads_q, config.seqlen_k_label()));
     std::optional<double> flashmla_diff;
