@@ -8,16 +8,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <memory>
-#include <cstring>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
 
 #include "bench/decode_pair_trace.h"
-#include "bench/flashmla_same_run.h"
 #include "bench/decode_timeline.h"
+#include "bench/flashmla_same_run.h"
 #include "bench/timing.h"
 #include "core/error.h"
 #include "cuda/device.h"
@@ -98,23 +97,28 @@ std::vector<int32_t> bench_seqlens(const DecodeBenchCase& config) {
 }
 
 // max |a − b| / max |b| over `count` bf16 values on the device (FlashMLA's output against ours).
-double max_relative_difference(const void* a, const void* b, size_t count, cudaStream_t stream) {
-  std::vector<uint16_t> host_a(count), host_b(count);
-  MLA_CUDA_CHECK(cudaMemcpyAsync(host_a.data(), a, count * 2, cudaMemcpyDeviceToHost, stream));
-  MLA_CUDA_CHECK(cudaMemcpyAsync(host_b.data(), b, count * 2, cudaMemcpyDeviceToHost, stream));
+double max_relative_difference(const bf16* a, const bf16* b, size_t count, cudaStream_t stream) {
+  std::vector<bf16> host_a(count), host_b(count);
+  MLA_CUDA_CHECK(
+      cudaMemcpyAsync(host_a.data(), a, count * sizeof(bf16), cudaMemcpyDeviceToHost, stream));
+  MLA_CUDA_CHECK(
+      cudaMemcpyAsync(host_b.data(), b, count * sizeof(bf16), cudaMemcpyDeviceToHost, stream));
   MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  auto value = [](uint16_t bits) {
-    const uint32_t word = uint32_t(bits) << 16;
-    float x;
-    std::memcpy(&x, &word, sizeof(x));
-    return double(x);
-  };
   double max_diff = 0, max_b = 0;
   for (size_t i = 0; i < count; ++i) {
-    max_diff = std::max(max_diff, std::abs(value(host_a[i]) - value(host_b[i])));
-    max_b = std::max(max_b, std::abs(value(host_b[i])));
+    const double x = bf16_to_float(host_a[i]), y = bf16_to_float(host_b[i]);
+    max_diff = std::max(max_diff, std::abs(x - y));
+    max_b = std::max(max_b, std::abs(y));
   }
   return max_b > 0 ? max_diff / max_b : max_diff;
+}
+
+// A row's rates from its bytes, FLOPs and time, and their shares of the run's ceilings.
+void set_rates(DecodeBenchRow& row, const Ceilings& ceilings) {
+  row.gbps = row.bytes / row.us * 1e-3;
+  row.tflops = row.flops / row.us * 1e-6;
+  row.pct_copy = 100.0 * row.gbps / ceilings.copy_gbps;
+  row.pct_gemm = 100.0 * row.tflops / ceilings.gemm_tflops;
 }
 
 // MLA_BENCH_FLASHMLA_DIAGNOSE (for measuring): ours and FlashMLA's work (each enqueued on the
@@ -387,10 +391,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       row.bytes = batch * (rows_q * kernels::kHeadDimQK * 2 +
                            mean_seqlen * kernels::kHeadDimQK * 2 + rows_q * kernels::kHeadDimV * 2);
       row.flops = 2.0 * batch * rows_q * mean_seqlen * (kernels::kHeadDimQK + kernels::kHeadDimV);
-      row.gbps = row.bytes / row.us * 1e-3;
-      row.tflops = row.flops / row.us * 1e-6;
-      row.pct_copy = 100.0 * row.gbps / ceilings.copy_gbps;
-      row.pct_gemm = 100.0 * row.tflops / ceilings.gemm_tflops;
+      set_rates(row, ceilings);
       if (reference != nullptr) row.flashmla_us = reference->lookup(config);
       if (flashmla) row.flashmla_same_run_us = medians.back();
       row.workspace_bytes = workspace_bytes;
@@ -402,10 +403,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       row.kernel = "flashmla";
       row.us = medians.back();
       row.us_plan = 0;  // its scheduler metadata ran once, untimed
-      row.gbps = row.bytes / row.us * 1e-3;
-      row.tflops = row.flops / row.us * 1e-6;
-      row.pct_copy = 100.0 * row.gbps / ceilings.copy_gbps;
-      row.pct_gemm = 100.0 * row.tflops / ceilings.gemm_tflops;
+      set_rates(row, ceilings);
       row.flashmla_same_run_us.reset();
       row.out_rel_diff_vs_ours = flashmla_diff;
       row.workspace_bytes = 0;

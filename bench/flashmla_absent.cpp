@@ -12,16 +12,14 @@ bool FlashMlaSameRun::available() {
 }
 
 FlashMlaSameRun::FlashMlaSameRun(const FlashMlaProblem&, cudaStream_t) {
-  throw_error(
-      "this build has no FlashMLA: run scripts/gpu/flashmla-bundle.sh, then configure with "
-      "-DMLA_FLASHMLA_DIR=<repo>/.carry/flashmla (scripts/gpu/check.sh does when it exists)");
+  throw_error("{}", kFlashMlaBuildHint);
 }
 
 FlashMlaSameRun::~FlashMlaSameRun() = default;
 
 void FlashMlaSameRun::run(cudaStream_t) {}
 
-const void* FlashMlaSameRun::out() const {
+const bf16* FlashMlaSameRun::out() const {
   return nullptr;
 }
 

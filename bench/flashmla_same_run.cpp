@@ -22,7 +22,7 @@ namespace mla::bench {
 struct FlashMlaSameRun::State {
   DenseAttnDecodeParams params{};
   CombineParams combine{};
-  cuda::DeviceBuffer<uint16_t> out;
+  cuda::DeviceBuffer<bf16> out;
   cuda::DeviceBuffer<float> lse;
   cuda::DeviceBuffer<int32_t> metadata;  // num_sm_parts DecodingSchedMeta
   cuda::DeviceBuffer<int32_t> num_splits;
@@ -46,7 +46,7 @@ FlashMlaSameRun::FlashMlaSameRun(const FlashMlaProblem& problem, cudaStream_t st
   const int num_sm_parts = std::max(problem.num_sms / kHeadsKv / ((rows + 63) / 64), 1);
   const int total_splits = b + num_sm_parts;
   State& st = *state_;
-  st.out = cuda::DeviceBuffer<uint16_t>(size_t(b) * rows * kDimV);
+  st.out = cuda::DeviceBuffer<bf16>(size_t(b) * rows * kDimV);
   st.lse = cuda::DeviceBuffer<float>(size_t(b) * rows);
   static_assert(sizeof(DecodingSchedMeta) % sizeof(int32_t) == 0);
   st.metadata = cuda::DeviceBuffer<int32_t>(size_t(num_sm_parts) * sizeof(DecodingSchedMeta) /
@@ -108,6 +108,8 @@ FlashMlaSameRun::FlashMlaSameRun(const FlashMlaProblem& problem, cudaStream_t st
   p.softmax_lseaccum_ptr = st.lse_accum.data();
   p.oaccum_ptr = st.out_accum.data();
 
+  // The combine reads the split buffers with the output's strides (one split per batch entry).
+  const int lse_stride = kHeadsKv * rows, out_stride = h_q * s_q * kDimV;
   CombineParams& c = st.combine;
   c.b = b;
   c.s_q = s_q;
@@ -115,18 +117,13 @@ FlashMlaSameRun::FlashMlaSameRun(const FlashMlaProblem& problem, cudaStream_t st
   c.d_v = kDimV;
   c.lse = st.lse.data();
   c.out = st.out.data();
-  c.stride_lse_b = kHeadsKv * rows;
-  c.stride_lse_s_q = h_q;
-  c.stride_o_b = h_q * s_q * kDimV;
-  c.stride_o_s_q = h_q * kDimV;
-  c.stride_o_h_q = kDimV;
   c.lse_accum = st.lse_accum.data();
   c.o_accum = st.out_accum.data();
-  c.stride_lse_accum_split = kHeadsKv * rows;
-  c.stride_lse_accum_s_q = h_q;
-  c.stride_o_accum_split = h_q * s_q * kDimV;
-  c.stride_o_accum_s_q = h_q * kDimV;
-  c.stride_o_accum_h_q = kDimV;
+  c.stride_lse_b = c.stride_lse_accum_split = lse_stride;
+  c.stride_lse_s_q = c.stride_lse_accum_s_q = h_q;
+  c.stride_o_b = c.stride_o_accum_split = out_stride;
+  c.stride_o_s_q = c.stride_o_accum_s_q = h_q * kDimV;
+  c.stride_o_h_q = c.stride_o_accum_h_q = kDimV;
   c.tile_scheduler_metadata_ptr = metadata;
   c.num_splits_ptr = st.num_splits.data();
   c.num_sm_parts = num_sm_parts;
@@ -142,7 +139,7 @@ void FlashMlaSameRun::run(cudaStream_t stream) {
   smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(state_->combine);
 }
 
-const void* FlashMlaSameRun::out() const {
+const bf16* FlashMlaSameRun::out() const {
   return state_->out.data();
 }
 

@@ -10,7 +10,15 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/dtypes.h"
+
 namespace mla::bench {
+
+// What to do in a build without FlashMLA (the error of FlashMlaSameRun's constructor there, and of
+// `mla bench decode --flashmla-same-run`).
+inline constexpr const char* kFlashMlaBuildHint =
+    "this build has no FlashMLA: run scripts/gpu/flashmla-bundle.sh, then configure with "
+    "-DMLA_FLASHMLA_DIR=<repo>/.carry/flashmla (scripts/gpu/check.sh does when it exists)";
 
 // One decode problem in our layouts (h_kv = 1, 64-token pages): q [b, s_q, h_q, 576] bf16, the
 // cache [num_pages, 64, 576] bf16, block_table [b, max_pages] int32, seqlens [b] int32 (device).
@@ -42,8 +50,8 @@ class FlashMlaSameRun {
 
   // The timed work: FlashMLA's split-KV kernel and its combine.
   void run(cudaStream_t stream);
-  // Its output, [b, s_q, h_q, 512] bf16 (our layout), valid after run().
-  const void* out() const;
+  // Its output, [b, s_q, h_q, 512] (our layout), valid after run().
+  const bf16* out() const;
 
  private:
   struct State;

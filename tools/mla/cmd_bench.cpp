@@ -56,9 +56,7 @@ void run_bench_decode(const BenchDecodeOptions& options) {
   bench_options.quick = options.quick;
   bench_options.flashmla_same_run = options.flashmla_same_run;
   if (options.flashmla_same_run && !bench::FlashMlaSameRun::available())
-    throw_error(
-        "--flashmla-same-run: this build has no FlashMLA (run scripts/gpu/flashmla-bundle.sh, then "
-        "configure with -DMLA_FLASHMLA_DIR=<repo>/.carry/flashmla)");
+    throw_error("--flashmla-same-run: {}", bench::kFlashMlaBuildHint);
   bench_options.runs = options.quick ? std::min(options.runs, 10) : options.runs;
   using kernels::MlaDecodeKernel;
   if (options.kernel == "all") {
