@@ -37,6 +37,9 @@ struct DecodeKernelArgs {
   // Last, so that the other kernels' arguments do not move.
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
+  // kFast's seesaw with the launched combine: the grid as {tiles, parts} instead of {parts,
+  // tiles}, so that a part's row tiles (which read the same pages) start on neighbouring SMs.
+  bool tile_major_grid = false;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

@@ -147,6 +147,13 @@ bool query_tma_from_environment() {
   return from_environment != 0;
 }
 
+// The seesaw's grid with a part's row tiles next to each other, when the environment's
+// MLA_DECODE_TILE_MAJOR is 1 (read once per process, for measuring).
+bool tile_major_from_environment() {
+  static const int64_t from_environment = environment_count("MLA_DECODE_TILE_MAJOR", 1);
+  return from_environment == 1;
+}
+
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
@@ -425,6 +432,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       query_tma_from_environment() &&
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
+  args.tile_major_grid = !fused_combine && tile_major_from_environment();
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);

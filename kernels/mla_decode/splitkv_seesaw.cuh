@@ -150,12 +150,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
+  // The plan's part and the (kv head, row tile) of this CTA: the grid is {parts, tiles}, or
+  // {tiles, parts} with args.tile_major_grid (a part's row tiles launched next to each other).
+  const int part = args.tile_major_grid ? int(blockIdx.y) : int(blockIdx.x);
+  const int tile_index = args.tile_major_grid ? int(blockIdx.x) : int(blockIdx.y);
   // kTimeline: thread 0 stamps the TimelineSlot phases (%globaltimer, then clock64) straight into
   // this CTA's words of args.timeline (zeroed by the caller), when `when` holds. "First page
   // landed" is the first page's own half in the pairs order (warpgroup 0's, before its first S).
   uint64_t* const timeline_cta =
-      kTimeline ? args.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots
-                : nullptr;
+      kTimeline
+          ? args.timeline + (size_t(tile_index) * args.shape.num_parts + part) * 2 * kTimelineSlots
+          : nullptr;
   auto stamp = [&](int slot, bool when) {
     if constexpr (kTimeline) {
       ptx::st_global_u64_if(tid == 0 && when, timeline_cta + slot, ptx::global_timer_ns());
@@ -169,8 +174,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = __shfl_sync(0xffffffffu, tid / kSeesawGroupThreads, 0);
   const int tid_in_group = tid % kSeesawGroupThreads;
   const int warp_in_group = tid_in_group / 32;
-  const int kv_head = blockIdx.y / args.shape.num_row_tiles;
-  const int tile_row0 = (blockIdx.y % args.shape.num_row_tiles) * kSeesawRows;
+  const int kv_head = tile_index / args.shape.num_row_tiles;
+  const int tile_row0 = (tile_index % args.shape.num_row_tiles) * kSeesawRows;
   // The two accumulator rows of this thread (for S and for O alike).
   const int my_rows[2] = {warp_in_group * 16 + lane / 4, warp_in_group * 16 + lane / 4 + 8};
 
@@ -204,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
-  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, part);
   DecodePiece piece;
   uint32_t pages_before = 0;   // CTA pages of earlier pieces: page j of this piece is + j
   uint32_t pieces_before = 0;  // earlier pieces (the query tile's TMA phase)
@@ -591,7 +596,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // kTrace: this warpgroup's event `event` of pair i (CTA (0, 0), its first piece), clock64
       // stored by the warpgroup's first thread through a predicated store (no branch: the wgmma
       // pipeline stays the production one). The events are named by decode_pair_trace_event().
-      const bool trace_piece = kTrace && base == 0 && blockIdx.x == 0 && blockIdx.y == 0;
+      const bool trace_piece = kTrace && base == 0 && part == 0 && tile_index == 0;
       auto trace = [&](int i, int event) {
         if constexpr (kTrace) {
           ptx::st_global_u64_if(trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
@@ -749,7 +754,9 @@ static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, b
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
-  const dim3 grid(args.shape.num_parts, args.params.num_heads_kv * args.shape.num_row_tiles);
+  const int tiles = args.params.num_heads_kv * args.shape.num_row_tiles;
+  const dim3 grid =
+      args.tile_major_grid ? dim3(tiles, args.shape.num_parts) : dim3(args.shape.num_parts, tiles);
   // kFused's CTAs wait for each other: all resident at once, or the launch fails.
   launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_seesaw (fused combine)"
