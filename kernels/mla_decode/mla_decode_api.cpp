@@ -147,11 +147,12 @@ bool query_tma_from_environment() {
   return from_environment != 0;
 }
 
-// The seesaw's grid with a part's row tiles next to each other, when the environment's
-// MLA_DECODE_TILE_MAJOR is 1 (read once per process, for measuring).
+// The seesaw's grid with a part's row tiles next to each other (FlashMLA's grid order; 2.6 % off
+// the compute-bound rows' time, sixteenth session), unless the environment's
+// MLA_DECODE_TILE_MAJOR is 0 (read once per process, for measuring).
 bool tile_major_from_environment() {
   static const int64_t from_environment = environment_count("MLA_DECODE_TILE_MAJOR", 1);
-  return from_environment == 1;
+  return from_environment != 0;
 }
 
 }  // namespace
