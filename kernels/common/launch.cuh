@@ -48,32 +48,6 @@ void launch_cooperative(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem
   launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
 }
 
-// A launch in thread block clusters of `cluster_x` CTAs along x. Nothing in the kernel uses the
-// cluster: it only places those CTAs on one GPC (kFast's seesaw: a part's row tiles, which read
-// the same pages). `max_active_clusters` (optional) receives how many such clusters the device
-// runs at once.
-template <typename Args>
-void launch_clustered(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes,
-                      cudaStream_t stream, const Args& args, unsigned cluster_x,
-                      int* max_active_clusters = nullptr) {
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster_x;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  if (max_active_clusters != nullptr) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = smem_bytes;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    MLA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(max_active_clusters, kernel, &config));
-  }
-  launch_with_attribute(kernel, grid, block, smem_bytes, stream, args, attribute);
-}
-
 // kFast's split-KV kernels: cooperative with the fused combine (its CTAs wait for each other),
 // a plain launch otherwise.
 template <typename Args>

@@ -40,10 +40,6 @@ struct DecodeKernelArgs {
   // kFast's seesaw with the launched combine: the grid as {tiles, parts} instead of {parts,
   // tiles}, so that a part's row tiles (which read the same pages) start on neighbouring SMs.
   bool tile_major_grid = false;
-  // With tile_major_grid: launch in clusters of this many CTAs along x (a part's row tiles on one
-  // GPC; nothing in the kernel uses the cluster), 0 or 1 for none. For measuring
-  // (MLA_DECODE_TILE_CLUSTER).
-  int tile_cluster = 0;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

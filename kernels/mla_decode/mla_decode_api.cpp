@@ -155,13 +155,6 @@ bool tile_major_from_environment() {
   return from_environment != 0;
 }
 
-// MLA_DECODE_TILE_CLUSTER (for measuring; read once per process): the seesaw's tile-major grid in
-// clusters of that many CTAs (2, 4 or 8), 0 (the default) for none.
-int tile_cluster_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_TILE_CLUSTER", 8);
-  return from_environment > 1 ? int(from_environment) : 0;
-}
-
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
@@ -441,7 +434,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
   args.tile_major_grid = !fused_combine && tile_major_from_environment();
-  args.tile_cluster = args.tile_major_grid ? tile_cluster_from_environment() : 0;
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);

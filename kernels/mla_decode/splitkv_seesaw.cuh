@@ -51,7 +51,6 @@
 #include <cstddef>
 
 #include <cmath>
-#include <cstdio>
 #include <type_traits>
 
 #include "common/launch.cuh"
@@ -758,22 +757,8 @@ static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, b
   const int tiles = args.params.num_heads_kv * args.shape.num_row_tiles;
   const dim3 grid =
       args.tile_major_grid ? dim3(tiles, args.shape.num_parts) : dim3(args.shape.num_parts, tiles);
-  if (args.tile_cluster > 1 && tiles % args.tile_cluster == 0) {
-    // A part's row tiles in one cluster (placement only). Reports once per process how many
-    // clusters run at once against the grid's.
-    static bool reported = false;
-    int max_active = 0;
-    launch_clustered(kernel, grid, dim3(kThreads), kSmemBytes, stream, args,
-                     unsigned(args.tile_cluster), reported ? nullptr : &max_active);
-    if (!reported) {
-      std::fprintf(stderr, "mla_decode: seesaw in clusters of %d: %d clusters at once, grid %d\n",
-                   args.tile_cluster, max_active, int(grid.x * grid.y) / args.tile_cluster);
-      reported = true;
-    }
-  } else {
-    // kFused's CTAs wait for each other: all resident at once, or the launch fails.
-    launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
-  }
+  // kFused's CTAs wait for each other: all resident at once, or the launch fails.
+  launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_seesaw (fused combine)"
                                  : "mla_decode_splitkv_seesaw");
 }
