@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "bench/timing.h"
@@ -24,6 +26,49 @@ constexpr const char* kPhaseNames[kSlots] = {"entry",
                                              "output stored",
                                              "exit"};
 constexpr int kQueriesSlot = 2;  // a CTA that loaded queries had a piece of work
+constexpr int kPagesDoneSlot = 4;
+
+// Per CTA with work, its "pages computed" stamp in µs after `start` (0 for a CTA without work).
+std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t start) {
+  const size_t ctas = words.size() / (2 * kSlots);
+  std::vector<double> times(ctas, 0.0);
+  for (size_t cta = 0; cta < ctas; ++cta) {
+    const uint64_t* ns = words.data() + cta * 2 * kSlots;
+    if (ns[kQueriesSlot] != 0 && ns[kPagesDoneSlot] != 0)
+      times[cta] = (double(ns[kPagesDoneSlot]) - double(start)) * 1e-3;
+  }
+  return times;
+}
+
+// Pearson correlation of a and b over the entries where both are non-zero.
+double correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  double n = 0, sa = 0, sb = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != 0 && b[i] != 0) n += 1, sa += a[i], sb += b[i];
+  if (n < 2) return 0;
+  const double ma = sa / n, mb = sb / n;
+  double cov = 0, va = 0, vb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == 0 || b[i] == 0) continue;
+    cov += (a[i] - ma) * (b[i] - mb);
+    va += (a[i] - ma) * (a[i] - ma);
+    vb += (b[i] - mb) * (b[i] - mb);
+  }
+  return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : 0;
+}
+
+// max − min over the non-zero entries.
+double spread(const std::vector<double>& values) {
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (double v : values) {
+    if (v == 0) continue;
+    lo = any ? std::min(lo, v) : v;
+    hi = any ? std::max(hi, v) : v;
+    any = true;
+  }
+  return hi - lo;
+}
 
 // One run's numbers (the DecodeTimeline of that run alone).
 DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start, uint64_t end,
@@ -62,6 +107,7 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words)), stamps(2);
   L2Flush flush;
   std::vector<DecodeTimeline> per_run;
+  std::vector<std::vector<double>> finishes;  // per run, per CTA
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
     flush.enqueue(stream, size_t(run));
@@ -71,6 +117,7 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
     const std::vector<uint64_t> host = timeline.to_host(stream);
     const std::vector<uint64_t> bracket = stamps.to_host(stream);
     per_run.push_back(summarize_run(host, bracket[0], bracket[1], sm_clock_khz));
+    finishes.push_back(finish_times(host, bracket[0]));
   }
   // Median over runs, number by number.
   DecodeTimeline result = per_run.front();
@@ -82,6 +129,18 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
           median_of([&](const DecodeTimeline& t) { return t.reached_us[slot][k]; });
     result.phase_us[slot] = median_of([&](const DecodeTimeline& t) { return t.phase_us[slot]; });
   }
+  std::vector<double> correlations, spreads;
+  std::vector<double> means(finishes.front().size(), 0.0);
+  for (size_t run = 0; run < finishes.size(); ++run) {
+    if (run > 0) correlations.push_back(correlation(finishes[run - 1], finishes[run]));
+    spreads.push_back(spread(finishes[run]));
+    for (size_t cta = 0; cta < means.size(); ++cta)
+      means[cta] += finishes[run][cta] / double(finishes.size());
+  }
+  result.finish_correlation =
+      correlations.empty() ? std::numeric_limits<double>::quiet_NaN() : median(correlations);
+  result.finish_spread_of_means_us = spread(means);
+  result.finish_spread_us = median(spreads);
   return result;
 }
 
@@ -98,6 +157,10 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
   }
   text += fmt::format("  {:<18} {:7.2f}  (the stamp after the op: combine included)\n", "op end",
                       timeline.op_end_us);
+  text += fmt::format(
+      "  CTAs' finish (pages computed): correlation between consecutive runs {:.2f}; spread "
+      "{:.2f} µs in a run (median), {:.2f} µs of the per-CTA means\n",
+      timeline.finish_correlation, timeline.finish_spread_us, timeline.finish_spread_of_means_us);
   return text;
 }
 
