@@ -61,7 +61,6 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
     per_run.push_back(summarize_run(trace.to_host(stream)));
   }
   DecodePairTrace result = per_run.front();
-  result.order = kernels::resolved_decode_schedule(params);
   auto median_of = [&](const auto& get) { return median_over(per_run, get); };
   result.pairs = static_cast<int>(median_of([](const DecodePairTrace& r) { return r.pairs; }));
   result.period_cycles = median_of([](const DecodePairTrace& r) { return r.period_cycles; });
@@ -93,10 +92,9 @@ std::string format_decode_pair_trace(const DecodePairTrace& trace, const std::st
   std::stable_sort(lines.begin(), lines.end(),
                    [](const Line& a, const Line& b) { return a.cycles < b.cycles; });
   for (const Line& line : lines) {
-    text +=
-        fmt::format("  {:>7.0f} cycles {:>6.2f} µs  {}warpgroup {}: {}\n", line.cycles,
-                    line.cycles / cycles_per_us, line.group == 0 ? "" : "            ", line.group,
-                    kernels::decode_pair_trace_event(line.group, line.event, trace.order));
+    text += fmt::format("  {:>7.0f} cycles {:>6.2f} µs  {}warpgroup {}: {}\n", line.cycles,
+                        line.cycles / cycles_per_us, line.group == 0 ? "" : "            ",
+                        line.group, kernels::decode_pair_trace_event(line.group, line.event));
   }
   return text;
 }

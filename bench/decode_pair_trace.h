@@ -14,7 +14,6 @@
 namespace mla::bench {
 
 struct DecodePairTrace {
-  kernels::MlaDecodeSchedule order = kernels::MlaDecodeSchedule::kSeesawPairs;  // names events
   int pairs = 0;             // pairs with every event of both warpgroups and a next pair (median)
   double period_cycles = 0;  // warpgroup 0's start of pair i + 1 minus its start of pair i
   // [warpgroup][event]: cycles after warpgroup 0's start of the pair.

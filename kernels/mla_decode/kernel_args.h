@@ -93,19 +93,16 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaSt
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).
 void launch_splitkv_wgmma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
 
-// The seesaw body's orders (MlaDecodeSchedule kSeesawPvFirst, kSeesawSFirst, kSeesawPairs,
-// kSeesawChain; splitkv_seesaw.cuh): P·V of the other's page first, S of the own page first, pages
-// in pairs, or pages in pairs with the warpgroups chained and the loads spread over the pair.
-enum class SeesawOrder { kPvFirst, kSFirst, kPairs, kChain };
+// The seesaw body's orders (MlaDecodeSchedule kSeesawPvFirst, kSeesawSFirst, kSeesawPairs;
+// splitkv_seesaw.cuh): P·V of the other's page first, S of the own page first, or pages in pairs.
+enum class SeesawOrder { kPvFirst, kSFirst, kPairs };
 
 // Launcher of the seesaw split-KV kernel (kFast, 64-row tiles; instantiations/seesaw.cu): the two
 // warpgroups alternate S and P·V instead of running the phases in lockstep.
 void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, SeesawOrder order,
                            cudaStream_t stream);
-// The pairs or chain order's diagnostic instantiation recording args.pair_trace (launched
-// combine).
-void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, SeesawOrder order,
-                                      cudaStream_t stream);
+// The pairs order's diagnostic instantiation recording args.pair_trace (launched combine).
+void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream);
 // The instantiations recording args.timeline: the pairs order, else P·V first (launched combine).
 void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
                                     cudaStream_t stream);

@@ -211,8 +211,6 @@ const char* to_string(MlaDecodeSchedule schedule) {
       return "seesaw_pv_first";
     case MlaDecodeSchedule::kSeesawPairs:
       return "seesaw_pairs";
-    case MlaDecodeSchedule::kSeesawChain:
-      return "seesaw_chain";
   }
   return "unknown";
 }
@@ -221,11 +219,10 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeSchedule::kLockstep;
   MlaDecodeSchedule schedule = params.schedule;
   if (schedule == MlaDecodeSchedule::kAuto) {
-    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 5);
+    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 4);
     constexpr MlaDecodeSchedule kByValue[] = {
-        MlaDecodeSchedule::kLockstep,     MlaDecodeSchedule::kSeesaw,
-        MlaDecodeSchedule::kSeesawSFirst, MlaDecodeSchedule::kSeesawPvFirst,
-        MlaDecodeSchedule::kSeesawPairs,  MlaDecodeSchedule::kSeesawChain};
+        MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesaw, MlaDecodeSchedule::kSeesawSFirst,
+        MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs};
     // Pairs where pieces are long; its per-pair exchanges cost more than they give when a CTA
     // has a page or two (small batches: measured on the H200, 2026-12-01, up to +6 µs at b = 1).
     const bool small = params.num_sms >= 1 && params.batch >= 1 && params.num_heads_kv >= 1 &&
@@ -449,10 +446,9 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
       const decode::SeesawOrder order =
           schedule == MlaDecodeSchedule::kSeesawSFirst  ? decode::SeesawOrder::kSFirst
           : schedule == MlaDecodeSchedule::kSeesawPairs ? decode::SeesawOrder::kPairs
-          : schedule == MlaDecodeSchedule::kSeesawChain ? decode::SeesawOrder::kChain
                                                         : decode::SeesawOrder::kPvFirst;
       if (pair_trace != nullptr) {
-        decode::launch_splitkv_seesaw_pair_trace(args, order, stream);
+        decode::launch_splitkv_seesaw_pair_trace(args, stream);
       } else if (timeline != nullptr) {  // launch_mla_decode_with_timeline() checked the order
         decode::launch_splitkv_seesaw_timeline(args, order, stream);
       } else {
@@ -515,26 +511,9 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
   launch_decode(params, timeline, nullptr, stream);
 }
 
-const char* decode_pair_trace_event(int warpgroup, int event, MlaDecodeSchedule order) {
-  require(warpgroup >= 0 && warpgroup < 2 && event >= 0 && event < kDecodePairTraceEvents,
-          fmt::format("no pair-trace event {} of warpgroup {}", event, warpgroup));
-  require(
-      order == MlaDecodeSchedule::kSeesawPairs || order == MlaDecodeSchedule::kSeesawChain,
-      fmt::format("the pair trace records the pairs and chain orders, not {}", to_string(order)));
-  // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the chain order): the
-  // warpgroups run different steps (warpgroup 0 first, on page a; warpgroup 1 on page b).
-  static constexpr const char* kChainEvents[2][kDecodePairTraceEvents] = {
-      {"pair start (S_a done)", "(m_a, α_a) published", "P_a·V_a issued",
-       "P_a·V_a done, half 0 of a freed", "(m_b, α_b) received", "P_a·α_b published",
-       "P_b received", "P_b·V_b issued", "S_a+2 blocks 0-3 landed and issued",
-       "P_b·V_b done, half 0 of b freed", "S_a+2 blocks 4-8 landed and issued"},
-      {"pair start (S_b done)", "(m_a, α_a) received", "(m_b, α_b) published",
-       "P_b stored, P_b·V_b issued", "P_a received", "P_a·V_a issued",
-       "P_b·V_b done, half 1 of b freed", "P_a·V_a done, half 1 of a freed",
-       "S_b+2 blocks 4-7 landed and issued", "S_b+2 all blocks landed and issued", "S_b+2 done"}};
-  if (order == MlaDecodeSchedule::kSeesawChain) return kChainEvents[warpgroup][event];
-  // The pairs order: both warpgroups run the same steps, on their own page (a: warpgroup 0, b:
-  // warpgroup 1).
+const char* decode_pair_trace_event(int warpgroup, int event) {
+  // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the pairs order).
+  // Both warpgroups run the same steps, on their own page (a: warpgroup 0, b: warpgroup 1).
   static constexpr const char* kEvents[kDecodePairTraceEvents] = {
       "pair start",
       "previous P·V done, other's half freed",
@@ -547,20 +526,21 @@ const char* decode_pair_trace_event(int warpgroup, int event, MlaDecodeSchedule 
       "other's P received",
       "other's P·V issued",
       "own P·V done, half freed"};
+  require(warpgroup >= 0 && warpgroup < 2 && event >= 0 && event < kDecodePairTraceEvents,
+          fmt::format("no pair-trace event {} of warpgroup {}", event, warpgroup));
   return kEvents[event];
 }
 
 bool decode_pair_trace_applies(const MlaDecodeParams& params) {
-  return runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs) ||
-         runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawChain);
+  return runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs);
 }
 
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
                                        cudaStream_t stream) {
   require(trace != nullptr, "pair trace is null (allocate kDecodePairTraceWords uint64)");
   require(decode_pair_trace_applies(params),
-          "the pair trace records kFast's seesaw pairs and chain orders only (more than 16 query "
-          "rows per kv head, schedule seesaw_pairs or seesaw_chain, launched combine)");
+          "the pair trace records kFast's seesaw pairs order only (more than 16 query rows per kv "
+          "head, schedule seesaw_pairs, launched combine)");
   launch_decode(params, nullptr, trace, stream);
 }
 

@@ -81,20 +81,17 @@ static_assert(kStages == 2 && kThreads == 2 * kSeesawGroupThreads);
 struct SeesawSharedStorage {
   alignas(1024) uint8_t q[kPageBytes];
   alignas(1024) uint8_t kv[kStages][kPageBytes];
-  alignas(1024) uint8_t p[kColumnBlockBytes];   // P of the last published page, [64][64] bf16
-  float page_alpha[kSeesawRows];                // O rescale of the last published page
-  float page_max[kSeesawRows];                  // running row max after it (base 2)
-  float row_partial[2][kSeesawRows];            // per-warpgroup row sums (epilogue)
-  float pair_max[2][kSeesawRows];               // pairs: each warpgroup's page max of the pair;
-                                                // chain: the running max after page a (b)
-  float chain_alpha[2][kSeesawRows];            // chain: O's rescale by page a (b)
-  int released[kStages];                        // warps done with each stage, 8 per page
-  int released_half[kStages][2];                // pairs: warps done with each half, 4 per page
-  alignas(8) uint64_t page_full[kStages];       // TMA completion, one barrier per stage
-  uint64_t half_full[kStages][2];               // pairs: TMA completion of each half
-  uint64_t block_full[kStages][kChunksQK / 8];  // chain: TMA completion of each column block
-  uint64_t query_full;                          // the query tile's TMA copy (args.query_by_tma)
-  PendingMerges pending;                        // the fused combine's split pieces
+  alignas(1024) uint8_t p[kColumnBlockBytes];  // P of the last published page, [64][64] bf16
+  float page_alpha[kSeesawRows];               // O rescale of the last published page
+  float page_max[kSeesawRows];                 // running row max after it (base 2)
+  float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
+  float pair_max[2][kSeesawRows];              // pairs: each warpgroup's page max of the pair
+  int released[kStages];                       // warps done with each stage, 8 per page
+  int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
+  alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
+  uint64_t half_full[kStages][2];              // pairs: TMA completion of each half
+  uint64_t query_full;                         // the query tile's TMA copy (args.query_by_tma)
+  PendingMerges pending;                       // the fused combine's split pieces
 };
 static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
 // The fused combine stages partials in q and kv as one region.
@@ -142,12 +139,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_seesaw_kernel(const __grid_constant__ DecodeKernelArgs args) {
   constexpr bool kSFirst = kOrder == SeesawOrder::kSFirst;
   constexpr bool kPairs = kOrder == SeesawOrder::kPairs;
-  constexpr bool kChain = kOrder == SeesawOrder::kChain;
   constexpr bool kTrace = kDiagnostic == SeesawDiagnostic::kPairTrace;
   constexpr bool kTimeline = kDiagnostic == SeesawDiagnostic::kTimeline;
   // The pairs order with the launched combine stages its epilogue in the query tile and the first
   // page stage and copies the rows out with the TMA engine (write_tile_rows_staged).
-  constexpr bool kStagedEpilogue = (kPairs || kChain) && !kFusedCombine;
+  constexpr bool kStagedEpilogue = kPairs && !kFusedCombine;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SeesawSharedStorage*>(smem_raw);
 
@@ -188,7 +184,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t p_smem = ptx::smem_address(smem.p);
   const uint32_t full0 = ptx::smem_address(&smem.page_full[0]);
   const uint32_t half_full0 = ptx::smem_address(&smem.half_full[0][0]);
-  const uint32_t block_full0 = ptx::smem_address(&smem.block_full[0][0]);
   const uint32_t query_full = ptx::smem_address(&smem.query_full);
   if (tid == 0) {
     if (((q_smem | kv_smem0 | p_smem) & 1023) != 0) __trap();  // swizzle atoms need it
@@ -198,10 +193,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int half = 0; half < 2; ++half) {
         tma::barrier_init(half_full0 + (stage * 2 + half) * 8, 1);
         smem.released_half[stage][half] = 0;
-      }
-      if constexpr (kChain) {
-        for (int block = 0; block < kChunksQK / 8; ++block)
-          tma::barrier_init(block_full0 + (stage * (kChunksQK / 8) + block) * 8, 1);
       }
     }
     tma::barrier_init(query_full, 1);
@@ -255,39 +246,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Pairs order: the barrier of half h of page j.
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
-    // Chain order: the barrier of column block `block` of page j.
-    auto block_barrier = [&](int j, int block) {
-      return block_full0 + (((base + j) & 1) * (kChunksQK / 8) + block) * 8;
-    };
-    // One thread: half h of page j (cache page `page_id`) into page j's stage; the pairs order
-    // completes it on the half's barrier, the chain order each block on its own.
-    auto issue_half = [&](int j, int h, int page_id) {
-      // The chain order keeps no P in a page's rope block (P_b lives in the query tile's rope
-      // block, whose queries are in registers), so the rope block rides with warpgroup 1's half.
-      const uint32_t blocks =
-          kChain ? (0xFu << (4 * h)) | (h == 1 ? 0x100u : 0u) : seesaw_half_blocks(h, j & 1);
-      if constexpr (kChain) {
-#pragma unroll
-        for (int block = 0; block < kChunksQK / 8; ++block) {
-          if ((blocks >> block) & 1u)
-            issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes,
-                              block_barrier(j, block), page_id, kv_head, 1u << block, l2_policy);
-        }
-      } else {
-        issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
-                          page_id, kv_head, blocks, l2_policy);
-      }
-    };
     if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
-      if constexpr (kPairs || kChain) {
+      if constexpr (kPairs) {
         // The halves each warpgroup's S needs first (its own), then the others.
         const int page_ids[2] = {
             page_id_of(args, batch_index, piece.page_begin),
             num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
-#pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
-          if (j < num_pages) issue_half(j, h, page_ids[j]);
+          if (j < num_pages)
+            issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
+                              page_ids[j], kv_head, seesaw_half_blocks(h, j & 1), l2_policy);
         }
       } else {
         seesaw_issue_page(args, kv_smem0, full0, base, batch_index, piece.page_begin, kv_head,
@@ -348,24 +317,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
     stamp(kTimelineQueries, base == 0);
-    // The chain order: the query tile's rope block into registers (the A fragments of S's last
-    // four k16 steps), so that the block can hold P_b. After the barrier: with cp.async queries
-    // each thread has waited for its own copies only. Warpgroup 1 first writes P_b there after
-    // take_chain(0), which warpgroup 0 reaches after its own loads.
-    uint32_t q_rope[16];
-    if constexpr (kChain) {
-      const uint8_t* rope = smem.q + 8 * kColumnBlockBytes;
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int row = my_rows[i & 1];
-          const int chunk = 2 * ks + (i >> 1);  // 16-byte chunk: columns 8·chunk .. + 7
-          q_rope[4 * ks + i] = *reinterpret_cast<const uint32_t*>(
-              rope + row * 128 + ((chunk ^ (row & 7)) << 4) + (lane & 3) * 4);
-        }
-      }
-    }
 
     // Scale to base 2 and mask page j's scores in place; the row maxima over the quad (the P·V-
     // first and S-first orders).
@@ -550,13 +501,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     constexpr std::true_type kYes;
     constexpr std::false_type kNo;
-    if constexpr (kPairs || kChain) {
+    if constexpr (kPairs) {
       auto wait_half = [&](int j, int h) {
         tma::wait_parity(half_barrier(j, h), ((base + j) >> 1) & 1);
       };
-      // This warp is done with its warpgroup's half of page j (and the rope block that rides with
-      // it: in the pairs order the other's page's, which holds P; in the chain order always
-      // warpgroup 1's): count it; the fourth warp issues that half of page j + 2.
+      // This warp is done with its warpgroup's half of page j (and, for the other's page, the
+      // rope block holding P): count it; the fourth warp issues that half of page j + 2.
       auto release_half = [&](int j) {
         if (lane == 0) {
           const uint32_t cta_page = base + j;
@@ -564,7 +514,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
           if (before % 4 == 3 && j + 2 < num_pages) {
             __threadfence_block();
-            issue_half(j + 2, group, page_id_of(args, batch_index, piece.page_begin + j + 2));
+            issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
+                              page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
+                              seesaw_half_blocks(group, j & 1), l2_policy);
           }
         }
         __syncwarp();
@@ -576,15 +528,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 4 * kBlocks; ++i) {
           const uint32_t k_offset = (first_block + i / 4) * kColumnBlockBytes + (i % 4) * 32;
-          if (kChain && first_block + i / 4 == 8) {
-            const uint32_t a[4] = {q_rope[4 * (i % 4)], q_rope[4 * (i % 4) + 1],
-                                   q_rope[4 * (i % 4) + 2], q_rope[4 * (i % 4) + 3]};
-            wgmma::mma_m64n64k16_bf16_a_regs(s_acc, a,
-                                             wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
-          } else {
-            wgmma::mma_m64n64k16_bf16(s_acc, wgmma::smem_descriptor(q_smem + k_offset, 0, 1024),
-                                      wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
-          }
+          wgmma::mma_m64n64k16_bf16(s_acc, wgmma::smem_descriptor(q_smem + k_offset, 0, 1024),
+                                    wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
         }
       };
       // S of the own page j: the own half first (freed by this warpgroup's own P·V, so copied
@@ -609,18 +554,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         s_blocks(s_acc, j, 4 * (1 - group), std::integral_constant<int, 4>());
         s_blocks(s_acc, j, 8, std::integral_constant<int, 1>());
         wgmma::commit_group();
-      };
-      // P (bf16 A fragments) into a 64 × 64 block at `block`, swizzled like a tile block.
-      auto store_p_at = [&](uint8_t* block, const uint32_t(&p_frag)[16]) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = my_rows[h];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const uint32_t offset = row * 128 + ((k ^ (row & 7)) << 4) + (lane & 3) * 4;
-            *reinterpret_cast<uint32_t*>(block + offset) = p_frag[2 * k + h];
-          }
-        }
       };
       // P of page j into its rope block (free once S_j is done), swizzled like a tile block.
       auto store_p = [&](int j, const uint32_t(&p_frag)[16]) {
@@ -744,257 +677,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           pv_shared(a);
         }
       };
-      if constexpr (kPairs) {
-        int i = 0;
-        for (; 2 * i + 1 < num_pages; ++i) pair(i, kYes);
-        if (2 * i < num_pages) pair(i, kNo);
-      } else {
-        // The chain order (after FlashMLA's published schedule): pair i is pages a = 2i
-        // (warpgroup 0's) and b = 2i + 1 (warpgroup 1's), as above, but the two warpgroups run
-        // one after the other instead of side by side, and each page's halves are freed and
-        // reloaded as soon as their last reader is done, block by block, in the middle of the
-        // pair:
-        //   warpgroup 0: softmax of S_a in the running max m_a; publishes (m_a, α_a); P_a·V_a
-        //                (its half, P from registers); frees half 0 of page a (page a + 2's
-        //                blocks 0-3 start loading); takes (m_b, α_b) from warpgroup 1; writes
-        //                P_a·α_b to the P buffer; O·α_b + P_b·V_b (P_b from the query tile's
-        //                rope block, whose queries are in registers); S_{a+2} on blocks 0-3;
-        //                frees half 0 of page b; S_{a+2} on blocks 8 and 4-7.
-        //   warpgroup 1: takes (m_a, α_a); softmax of S_b in m_b = max(m_a, max S_b);
-        //                publishes (m_b, α_b); P_b into the query tile's rope block;
-        //                O·α_a·α_b + P_b·V_b (registers) + P_a·V_a (the P buffer); frees half 1
-        //                and the rope block of page b, then of page a; S_{b+2}, blocks 4-7
-        //                and 8 first.
-        // So one warpgroup's softmax runs under the other's P·V, and a page's blocks arrive
-        // while the pair still computes. Each S waits for its blocks one at a time (one mbarrier
-        // and one wgmma group per block), in the order they were freed. Named barriers:
-        // kPairsMaxBarrier + g: warpgroup g's (m, α) published; kPairsPBarrier: P_a·α_b in the P
-        // buffer; kPairsPBarrier + 1: P_b in the query tile's rope block and warpgroup 1's P·Vs
-        // issued. Every shared slot is rewritten only after its last reader has passed a barrier
-        // that the writer waits for: (m_a, α_a) by warpgroup 0 after kPairsPBarrier + 1; (m_b, α_b)
-        // by warpgroup 1 after kPairsMaxBarrier; the P buffer after kPairsMaxBarrier + 1, which
-        // warpgroup 1 gives after its P·V of the previous pair completed.
-        auto wait_block = [&](int j, int block) {
-          tma::wait_parity(block_barrier(j, block), ((base + j) >> 1) & 1);
-        };
-        // S of the own page j, positions [kFirst, kLast) of this warpgroup's block order (the
-        // own half's four blocks, the other half's four, the rope block), one group a block.
-        float s_acc[32];
-        auto chain_s = [&](int j, auto first_flag, auto last_flag) {
-          constexpr int kFirst = decltype(first_flag)::value, kLast = decltype(last_flag)::value;
-          if constexpr (kFirst == 0) {
-            stamp(kTimelineFirstPage, base == 0 && j == 0);
-            const int tokens_valid = piece.seqlen - (piece.page_begin + j) * kPageTokens;
-            if (tokens_valid < kPageTokens) {  // the sequence's last page: zero its tail first
-#pragma unroll 1
-              for (int block = 0; block < kChunksQK / 8; ++block) wait_block(j, block);
-              zero_page_tail(smem.kv[(base + j) & 1], tokens_valid, tid_in_group,
-                             kSeesawGroupThreads);
-              seesaw_barrier_sync(kSeesawGroupBarrier + group, kSeesawGroupThreads);
-            }
-#pragma unroll
-            for (int i = 0; i < 32; ++i) s_acc[i] = 0.f;
-            wgmma::fence();
-          }
-#pragma unroll
-          for (int k = kFirst; k < kLast; ++k) {
-            // Its own half, the rope block (at position 4 for both, so that which k-step reads
-            // Q from registers is known at compile time), the other half: warpgroup 1 takes
-            // 4-7, 8 (reloaded first, with its half), then 0-3 (reloaded after warpgroup 0's
-            // P_b·V_b); warpgroup 0 takes 0-3, then 8 and 4-7 (all reloaded by warpgroup 1's
-            // release of its half).
-            const int block = k < 4    ? 4 * (group & 1) + k
-                              : k == 4 ? 8
-                                       : 4 * ((group & 1) ^ 1) + (k - 5);
-            wait_block(j, block);
-            wgmma::fence();  // as FlashMLA does per block (ptxas would insert it after the wait)
-            s_blocks(s_acc, j, block, std::integral_constant<int, 1>());
-            wgmma::commit_group();
-          }
-        };
-        // O += P·V_j (this warpgroup's half of V) with P from the 64 × 64 block at `p_addr`.
-        auto pv_smem = [&](int j, uint32_t p_addr) {
-#pragma unroll 1
-          for (int k = 0; k < 4; ++k) wait_block(j, 4 * group + k);  // landed; orders the reads
-          wgmma::fence();
-#pragma unroll
-          for (int ks = 0; ks < kPageTokens / 16; ++ks) {
-            wgmma::mma_m64n256k16_bf16_b_mn_major(
-                o_acc, wgmma::smem_descriptor(p_addr + ks * 32, 0, 1024), desc_v(j, ks));
-          }
-          wgmma::commit_group();
-        };
-        auto publish_chain = [&](int g, const float(&alpha)[2]) {
-          if ((lane & 3) == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              smem.pair_max[g][my_rows[h]] = row_max_run[h];
-              smem.chain_alpha[g][my_rows[h]] = alpha[h];
-            }
-          }
-          seesaw_barrier_arrive(kPairsMaxBarrier + g, kThreads);
-        };
-        auto take_chain = [&](int g, float(&alpha)[2]) {
-          seesaw_barrier_sync(kPairsMaxBarrier + g, kThreads);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            row_max_run[h] = smem.pair_max[g][my_rows[h]];
-            alpha[h] = smem.chain_alpha[g][my_rows[h]];
-          }
-        };
-        auto rescale_o = [&](const float(&alpha)[2]) {
-          if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-            wgmma::scale_accumulator_rows(o_acc, alpha);
-        };
-        const uint32_t p_rope0 = kv_smem0 + 8 * kColumnBlockBytes;  // + stage · kPageBytes
-
-        auto chain_pair = [&](int i, auto full_flag, auto next_a_flag, auto next_b_flag) {
-          constexpr bool kFull = decltype(full_flag)::value;     // page b exists
-          constexpr bool kNextA = decltype(next_a_flag)::value;  // page a + 2 exists
-          constexpr bool kNextB = decltype(next_b_flag)::value;  // page b + 2 exists
-          const int a = 2 * i, b = 2 * i + 1;
-          float alpha[2], subtract[2], sum[2], page_max[2];
-          uint32_t p_frag[16];
-          trace(i, 0);
-          if (group == 0) {
-            mask_and_max(s_acc, a, page_max);
-            advance_running_max(page_max, subtract, alpha);
-            // P_a = 2^(x · scale − m_a), kept as floats in s_acc for its rescale by α_b.
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              sum[h] = 0.f;
-#pragma unroll
-              for (int k = 0; k < 8; ++k) {
-                float& x0 = s_acc[4 * k + 2 * h];
-                float& x1 = s_acc[4 * k + 2 * h + 1];
-                x0 = ptx::fast_exp2(fmaf(x0, args.scale_log2, -subtract[h]));
-                x1 = ptx::fast_exp2(fmaf(x1, args.scale_log2, -subtract[h]));
-                sum[h] += x0 + x1;
-                p_frag[2 * k + h] = ptx::pack_bf16x2(x0, x1);
-              }
-            }
-            publish_chain(0, alpha);
-            trace(i, 1);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-            rescale_o(alpha);
-            pv_registers(a, p_frag);
-            trace(i, 2);
-            wgmma::wait_group<0>();
-            seesaw_fence_operands(o_acc);
-            release_half(a);  // blocks 0-3 of page a + 2 start loading
-            trace(i, 3);
-            if constexpr (kFull) {
-              take_chain(1, alpha);  // m_b, α_b
-              trace(i, 4);
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int k = 0; k < 8; ++k) {
-                  p_frag[2 * k + h] = ptx::pack_bf16x2(s_acc[4 * k + 2 * h] * alpha[h],
-                                                       s_acc[4 * k + 2 * h + 1] * alpha[h]);
-                }
-                row_sum_part[h] *= alpha[h];
-              }
-              store_p_at(smem.p, p_frag);
-              wgmma::fence_proxy_async_shared();
-              seesaw_barrier_arrive(kPairsPBarrier, kThreads);
-              trace(i, 5);
-              seesaw_barrier_sync(kPairsPBarrier + 1,
-                                  kThreads);  // P_b in the query tile's rope block
-              trace(i, 6);
-              rescale_o(alpha);
-              pv_smem(b, q_smem + 8 * kColumnBlockBytes);  // P_b
-              trace(i, 7);
-              if constexpr (kNextA) {
-                chain_s(a + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
-                trace(i, 8);
-                wgmma::wait_group<4>();  // P_b·V_b
-              } else {
-                wgmma::wait_group<0>();
-              }
-              seesaw_fence_operands(o_acc);
-              release_half(b);  // blocks 0-3 of page b + 2
-              trace(i, 9);
-              if constexpr (kNextA) {
-                chain_s(a + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
-                trace(i, 10);
-                wgmma::wait_group<0>();
-                seesaw_fence_operands(s_acc);
-              }
-            } else {  // page a is the piece's last: warpgroup 1 takes P_a as it is, from page
-                      // a's rope block (the P buffer may still be read by its previous P·V)
-              store_p(a, p_frag);
-              wgmma::fence_proxy_async_shared();
-              seesaw_barrier_arrive(kPairsPBarrier, kThreads);
-            }
-          } else if constexpr (kFull) {
-            float alpha_a[2];
-            mask_and_max(s_acc, b, page_max);
-            take_chain(0, alpha_a);  // m_a, α_a
-            trace(i, 1);
-            advance_running_max(page_max, subtract, alpha);
-            publish_chain(1, alpha);
-            trace(i, 2);
-            exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
-            store_p_at(smem.q + 8 * kColumnBlockBytes, p_frag);  // the second P buffer
-            wgmma::fence_proxy_async_shared();
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              alpha[h] *= alpha_a[h];
-              row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-            }
-            rescale_o(alpha);
-            pv_registers(b, p_frag);
-            trace(i, 3);
-            seesaw_barrier_sync(kPairsPBarrier, kThreads);  // P_a·α_b in the P buffer
-            trace(i, 4);
-            pv_smem(a, p_smem);
-            seesaw_barrier_arrive(kPairsPBarrier + 1, kThreads);
-            trace(i, 5);
-            wgmma::wait_group<1>();  // P_b·V_b
-            seesaw_fence_operands(o_acc);
-            release_half(b);  // blocks 4-8 of page b + 2
-            trace(i, 6);
-            wgmma::wait_group<0>();
-            seesaw_fence_operands(o_acc);
-            release_half(a);  // blocks 4-8 of page a + 2
-            trace(i, 7);
-            if constexpr (kNextB) {
-              chain_s(b + 2, std::integral_constant<int, 0>(), std::integral_constant<int, 4>());
-              trace(i, 8);
-              chain_s(b + 2, std::integral_constant<int, 4>(), std::integral_constant<int, 9>());
-              trace(i, 9);
-              wgmma::wait_group<0>();
-              seesaw_fence_operands(s_acc);
-              trace(i, 10);
-            }
-          } else {  // warpgroup 1 when page a is the piece's last: P_a·V_a only
-            take_chain(0, alpha);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
-            rescale_o(alpha);
-            seesaw_barrier_sync(kPairsPBarrier, kThreads);  // P_a in page a's rope block
-            pv_smem(a, p_rope0 + ((base + a) & 1) * kPageBytes);
-          }
-        };
-        // Each warpgroup's S of its first page, then the pairs.
-        if (group < num_pages) {
-          chain_s(group, std::integral_constant<int, 0>(), std::integral_constant<int, 9>());
-          wgmma::wait_group<0>();
-          seesaw_fence_operands(s_acc);
-        }
-        int i = 0;
-        for (; 2 * i + 3 < num_pages; ++i) chain_pair(i, kYes, kYes, kYes);
-        if (2 * i + 2 < num_pages) {
-          chain_pair(i, kYes, kYes, kNo);
-          chain_pair(i + 1, kNo, kNo, kNo);
-        } else if (2 * i + 1 < num_pages) {
-          chain_pair(i, kYes, kNo, kNo);
-        } else {
-          chain_pair(i, kNo, kNo, kNo);
-        }
-      }
+      int i = 0;
+      for (; 2 * i + 1 < num_pages; ++i) pair(i, kYes);
+      if (2 * i < num_pages) pair(i, kNo);
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
       stamp(kTimelinePagesDone, true);  // each piece; the last one's stays
@@ -1054,8 +739,6 @@ static auto* seesaw_kernel(SeesawOrder order) {
       return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kSFirst>;
     case SeesawOrder::kPairs:
       return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kPairs>;
-    case SeesawOrder::kChain:
-      return &mla_decode_splitkv_seesaw_kernel<kFusedCombine, SeesawOrder::kChain>;
     case SeesawOrder::kPvFirst:
       break;
   }
@@ -1086,13 +769,10 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
                        args, fused_combine, stream);
 }
 
-void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, SeesawOrder order,
-                                      cudaStream_t stream) {
-  constexpr auto kTrace = SeesawDiagnostic::kPairTrace;
-  launch_seesaw_kernel(order == SeesawOrder::kChain
-                           ? &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kChain, kTrace>
-                           : &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, kTrace>,
-                       args, false, stream);
+void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream) {
+  launch_seesaw_kernel(
+      &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, SeesawDiagnostic::kPairTrace>,
+      args, false, stream);
 }
 
 void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,

@@ -199,8 +199,7 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
   EXPECT_EQ(resolved_decode_schedule(p), MlaDecodeSchedule::kSeesawPvFirst);
   for (MlaDecodeSchedule forced :
        {MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesawSFirst,
-        MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs,
-        MlaDecodeSchedule::kSeesawChain}) {
+        MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs}) {
     p.schedule = forced;
     EXPECT_EQ(resolved_decode_schedule(p), forced);
   }
@@ -226,7 +225,6 @@ TEST(MlaDecodeArgs, ResolvedSchedule) {
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kLockstep), "lockstep");
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPvFirst), "seesaw_pv_first");
   EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawPairs), "seesaw_pairs");
-  EXPECT_STREQ(to_string(MlaDecodeSchedule::kSeesawChain), "seesaw_chain");
 }
 
 // Which launches the diagnostics record (explicit schedules and combines, so the environment's

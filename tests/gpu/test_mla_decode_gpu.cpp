@@ -136,16 +136,15 @@ std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
 
 class MlaDecodeGpu : public ::testing::TestWithParam<KernelChoice> {};
 
-// kFast with kAuto: each of the seesaw's four orders (kAuto picks one by the batch); any other
+// kFast with kAuto: each of the seesaw's three orders (kAuto picks one by the batch); any other
 // choice as it is.
 std::vector<KernelChoice> with_every_seesaw_order(const KernelChoice& choice) {
   if (choice.kernel != MlaDecodeKernel::kFast || choice.schedule != MlaDecodeSchedule::kAuto)
     return {choice};
-  std::vector<KernelChoice> choices = {choice, choice, choice, choice};
+  std::vector<KernelChoice> choices = {choice, choice, choice};
   choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
   choices[1].schedule = MlaDecodeSchedule::kSeesawPvFirst;
   choices[2].schedule = MlaDecodeSchedule::kSeesawPairs;
-  choices[3].schedule = MlaDecodeSchedule::kSeesawChain;
   return choices;
 }
 
@@ -642,10 +641,10 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return name_of(info.param); });
 
 }  // namespace
-// The pairs and chain orders' traces: the same output as the production kernel, and for every
-// pair CTA (0, 0) recorded, each warpgroup's events in the order its code reaches them, pairs one
-// after another, and each cross-warpgroup wait ending after what it waits for. A launch that runs
-// neither order is refused.
+// The pairs order's trace: the same output as the production kernel, and for every pair CTA
+// (0, 0) recorded, each warpgroup's events in the order its code reaches them, pairs one after
+// another, and each cross-warpgroup wait ending after what it waits for. A launch that does not
+// run the pairs order is refused.
 TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
   ref::PagedDecodeProblemSpec spec;
   spec.seqlen_q = 2;
@@ -653,71 +652,57 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
   spec.seqlens = {64 * 40 - 5, 64 * 33, 700};  // CTA (0, 0) gets several pairs of the first one
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   bench::GpuDecodeProblem gpu(problem, /*num_sms=*/8);
-  for (MlaDecodeSchedule order :
-       {MlaDecodeSchedule::kSeesawPairs, MlaDecodeSchedule::kSeesawChain}) {
-    SCOPED_TRACE(kernels::to_string(order));
-    const bool chain = order == MlaDecodeSchedule::kSeesawChain;
-    const KernelChoice traced{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched, order};
-    const bench::DecodeOutputs want = run_decode(gpu, traced);
-    cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
-    MLA_CUDA_CHECK(cudaMemset(trace.data(), 0, trace.bytes()));
-    const bench::DecodeOutputs got = run_decode(gpu, traced, nullptr, trace.data());
-    EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
-        << "the traced instantiation's output differs";
-    EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)));
+  const KernelChoice pairs{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched,
+                           MlaDecodeSchedule::kSeesawPairs};
+  const bench::DecodeOutputs want = run_decode(gpu, pairs);
+  cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
+  MLA_CUDA_CHECK(cudaMemset(trace.data(), 0, trace.bytes()));
+  const bench::DecodeOutputs got = run_decode(gpu, pairs, nullptr, trace.data());
+  EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
+      << "the traced instantiation's output differs";
+  EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)));
 
-    const std::vector<uint64_t> t = trace.to_host();
-    constexpr int kPairs = kernels::kDecodePairTracePairs;
-    constexpr int kEvents = kernels::kDecodePairTraceEvents;
-    auto at = [&](int group, int pair, int event) {
-      return t[(size_t(group) * kPairs + pair) * kEvents + event];
-    };
-    int full_pairs = 0;
-    for (int pair = 0; pair < kPairs; ++pair) {
-      bool full = true;
-      for (int group = 0; group < 2; ++group)
-        for (int event = 0; event < kEvents; ++event) full = full && at(group, pair, event) != 0;
-      if (!full) continue;
-      ++full_pairs;
-      for (int group = 0; group < 2; ++group) {
-        for (int event = 1; event < kEvents; ++event) {
-          EXPECT_GE(at(group, pair, event), at(group, pair, event - 1))
-              << "warpgroup " << group << ", pair " << pair << ", event " << event;
-        }
-        if (pair > 0 && at(group, pair - 1, kEvents - 1) != 0) {
-          EXPECT_GE(at(group, pair, 0), at(group, pair - 1, kEvents - 1))
-              << "warpgroup " << group << ", pair " << pair;
-        }
+  const std::vector<uint64_t> t = trace.to_host();
+  constexpr int kPairs = kernels::kDecodePairTracePairs, kEvents = kernels::kDecodePairTraceEvents;
+  auto at = [&](int group, int pair, int event) {
+    return t[(size_t(group) * kPairs + pair) * kEvents + event];
+  };
+  int full_pairs = 0;
+  for (int pair = 0; pair < kPairs; ++pair) {
+    bool full = true;
+    for (int group = 0; group < 2; ++group)
+      for (int event = 0; event < kEvents; ++event) full = full && at(group, pair, event) != 0;
+    if (!full) continue;
+    ++full_pairs;
+    for (int group = 0; group < 2; ++group) {
+      for (int event = 1; event < kEvents; ++event) {
+        EXPECT_GE(at(group, pair, event), at(group, pair, event - 1))
+            << "warpgroup " << group << ", pair " << pair << ", event " << event;
       }
-      // A receiver's stamp follows the publisher's event before its publication (the publisher
-      // stamps after arriving, so its own stamp may come a few cycles after the receiver's).
-      if (chain) {
-        EXPECT_GE(at(1, pair, 1), at(0, pair, 0))
-            << "(m_a, α_a) before S_a was done, pair " << pair;
-        EXPECT_GE(at(0, pair, 4), at(1, pair, 1)) << "(m_b, α_b) before (m_a, α_a), pair " << pair;
-        EXPECT_GE(at(1, pair, 4), at(0, pair, 4)) << "P_a·α_b before α_b, pair " << pair;
-        EXPECT_GE(at(0, pair, 6), at(1, pair, 4)) << "P_b before P_a·α_b, pair " << pair;
-        continue;
-      }
-      for (int group = 0; group < 2; ++group) {
-        const int other = 1 - group;
-        EXPECT_GE(at(group, pair, 5), at(other, pair, 3))
-            << "warpgroup " << group
-            << " received the other's page max before its S was done, pair " << pair;
-        EXPECT_GE(at(group, pair, 8), at(other, pair, 5))
-            << "warpgroup " << group << " received the other's P before it had the max, pair "
-            << pair;
+      if (pair > 0 && at(group, pair - 1, kEvents - 1) != 0) {
+        EXPECT_GE(at(group, pair, 0), at(group, pair - 1, kEvents - 1))
+            << "warpgroup " << group << ", pair " << pair;
       }
     }
-    EXPECT_GE(full_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
-    for (int group = 0; group < 2; ++group)
-      for (int event = 0; event < kEvents; ++event)
-        EXPECT_FALSE(std::string(kernels::decode_pair_trace_event(group, event, order)).empty());
-
-    KernelChoice pv_first = traced;
-    pv_first.schedule = MlaDecodeSchedule::kSeesawPvFirst;
-    EXPECT_THROW(run_decode(gpu, pv_first, nullptr, trace.data()), mla::Error);
+    // A receiver's stamp follows the publisher's event before its publication (the publisher
+    // stamps after arriving, so its own stamp may come a few cycles after the receiver's).
+    for (int group = 0; group < 2; ++group) {
+      const int other = 1 - group;
+      EXPECT_GE(at(group, pair, 5), at(other, pair, 3))
+          << "warpgroup " << group << " received the other's page max before its S was done, pair "
+          << pair;
+      EXPECT_GE(at(group, pair, 8), at(other, pair, 5))
+          << "warpgroup " << group << " received the other's P before it had the max, pair "
+          << pair;
+    }
   }
+  EXPECT_GE(full_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
+  for (int event = 0; event < kEvents; ++event)
+    EXPECT_FALSE(std::string(kernels::decode_pair_trace_event(0, event)).empty());
+
+  KernelChoice pv_first = pairs;
+  pv_first.schedule = MlaDecodeSchedule::kSeesawPvFirst;
+  EXPECT_THROW(run_decode(gpu, pv_first, nullptr, trace.data()), mla::Error);
 }
 
 }  // namespace mla

@@ -69,8 +69,7 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
     bench_options.fast_schedules = {
         kernels::MlaDecodeSchedule::kLockstep, kernels::MlaDecodeSchedule::kSeesawSFirst,
-        kernels::MlaDecodeSchedule::kSeesawPvFirst, kernels::MlaDecodeSchedule::kSeesawPairs,
-        kernels::MlaDecodeSchedule::kSeesawChain};
+        kernels::MlaDecodeSchedule::kSeesawPvFirst, kernels::MlaDecodeSchedule::kSeesawPairs};
   } else if (options.kernel == "combine-ab") {  // kFast's two combines side by side
     bench_options.kernels = {MlaDecodeKernel::kBaseline, MlaDecodeKernel::kFast};
     bench_options.fast_combines = {kernels::MlaDecodeCombine::kAuto,
@@ -237,8 +236,7 @@ void add_bench_command(CLI::App& app) {
   decode->add_option(
       "--kernel", options->kernel,
       "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
-      "fast_seesaw_s_first, fast_seesaw_pv_first, fast_seesaw_pairs, fast_seesaw_chain "
-      "interleaved), combine-ab "
+      "fast_seesaw_s_first, fast_seesaw_pv_first, fast_seesaw_pairs interleaved), combine-ab "
       "(baseline, fast, fast_fused, fast_launched interleaved)");
   decode->callback([options] { run_bench_decode(*options); });
 

@@ -82,8 +82,7 @@ inline constexpr int kSmallBatchMaxRows = 512;
 // give); measured on the H200 (2026-12-01, `mla bench decode --kernel seesaw-ab`): pairs 3-6 %
 // faster than P·V first on the compute-bound rows, even on memory-bound ones, but up to 6 µs
 // slower at b = 1. The environment variable MLA_DECODE_SEESAW overrides kAuto (0: kLockstep,
-// 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs, 5: kSeesawChain; read once
-// per process; for
+// 1: kSeesaw, 2: kSeesawSFirst, 3: kSeesawPvFirst, 4: kSeesawPairs; read once per process; for
 // A/B measurements). resolved_decode_schedule() says which. The seesaw copies its 64-row query
 // tiles with the TMA engine where a tile is one box (h_q / h_kv a multiple or a divisor of 64),
 // else with cp.async; MLA_DECODE_QUERY_TMA=0 keeps cp.async everywhere (for A/B measurements).
@@ -93,8 +92,7 @@ enum class MlaDecodeSchedule {
   kSeesaw,
   kSeesawSFirst,
   kSeesawPvFirst,
-  kSeesawPairs,
-  kSeesawChain
+  kSeesawPairs
 };
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
@@ -191,21 +189,20 @@ bool decode_timeline_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
                                      cudaStream_t stream);
 
-// Diagnostics: launch_mla_decode() with kFast's seesaw pairs or chain order recording when each
-// step of a pair happens, for `mla bench decode --pair-trace`. Only CTA (0, 0) records, its first
-// piece's first kDecodePairTracePairs pairs with two pages: `trace` (device memory,
-// kDecodePairTraceWords uint64, zeroed by the caller) receives clock64 values at [(warpgroup ·
-// kDecodePairTracePairs + pair) · kDecodePairTraceEvents + event]; an event never reached stays 0.
-// The events, per warpgroup, are named by decode_pair_trace_event() (per order: the two orders'
-// steps differ). A separate instantiation of the same body (the production kernels are unchanged).
-// Throws mla::Error unless the launch runs the pairs or chain order (kFast, more than 16 rows per
-// kv head, decode_resolved_schedule() kSeesawPairs or kSeesawChain) with the launched combine.
+// Diagnostics: launch_mla_decode() with kFast's seesaw pairs order recording when each step of a
+// pair happens, for `mla bench decode --pair-trace`. Only CTA (0, 0) records, its first piece's
+// first kDecodePairTracePairs pairs with two pages: `trace` (device memory, kDecodePairTraceWords
+// uint64, zeroed by the caller) receives clock64 values at [(warpgroup · kDecodePairTracePairs +
+// pair) · kDecodePairTraceEvents + event]; an event never reached stays 0. The events, per
+// warpgroup, are named by decode_pair_trace_event(). A separate instantiation of the same body (the
+// production kernels are unchanged). Throws mla::Error unless the launch runs the pairs order
+// (kFast, more than 16 rows per kv head, decode_resolved_schedule() kSeesawPairs) with the
+// launched combine.
 inline constexpr int kDecodePairTracePairs = 32;
 inline constexpr int kDecodePairTraceEvents = 11;
 inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
-const char* decode_pair_trace_event(int warpgroup, int event,
-                                    MlaDecodeSchedule order = MlaDecodeSchedule::kSeesawPairs);
-// Whether a launch with these params runs the pairs or chain order (what the pair trace records).
+const char* decode_pair_trace_event(int warpgroup, int event);
+// Whether a launch with these params runs the pairs order (what the pair trace records).
 bool decode_pair_trace_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
                                        cudaStream_t stream);
