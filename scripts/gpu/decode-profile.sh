@@ -4,7 +4,7 @@
 # body) with the speed-of-light, warp-state, compute, memory and source-counter sections, then
 # prints the tensor-pipe and DRAM figures, the stall reasons, and the SASS instructions where most
 # warp samples stalled (scripts/gpu/ncu_stalls.py). Output: $OUT/decode-profile.txt and, per row,
-# the report's source page as gzipped CSV, by SASS instruction and by CUDA source line. Clocks as found (--clock-control none); never changes GPU
+# the report's source page as gzipped CSV. Clocks as found (--clock-control none); never changes GPU
 # settings.
 #   KERNEL_REGEX=seesaw scripts/gpu/decode-profile.sh "b,s_q,h_q,s_k" ...
 # MLA_PROFILE_ARGS: more arguments for the bench, e.g. "--flashmla-same-run" with
@@ -33,9 +33,6 @@ command -v ncu >/dev/null || { echo "ncu not found"; exit 1; }
     ncu -i "build-gpu/$name.ncu-rep" --page source --csv --print-source sass \
       >"build-gpu/$name-source.csv" 2>&1
     gzip -c "build-gpu/$name-source.csv" >"$out/$name-source.csv.gz"
-    # The same samples per CUDA source line (the build has -lineinfo; the sources are this tree).
-    ncu -i "build-gpu/$name.ncu-rep" --page source --csv --print-source cuda \
-      >"build-gpu/$name-cuda.csv" 2>&1 && gzip -c "build-gpu/$name-cuda.csv" >"$out/$name-cuda.csv.gz"
     python3 scripts/gpu/ncu_stalls.py "build-gpu/$name-details.csv" "build-gpu/$name-source.csv"
   done
 } 2>&1 | tee "$out/decode-profile.txt"
