@@ -25,8 +25,14 @@ constexpr const char* kPhaseNames[kSlots] = {"entry",
                                              "pages computed",
                                              "output stored",
                                              "exit"};
-constexpr int kQueriesSlot = 2;  // a CTA that loaded queries had a piece of work
-constexpr int kPagesDoneSlot = 4;
+constexpr int kQueriesSlot = 2;    // a CTA that loaded queries had a piece of work
+constexpr int kPagesDoneSlot = 4;  // "pages computed" (kTimelinePagesDone in mla_decode/config.h)
+
+// b − a in µs for two %globaltimer stamps (ns). Subtracted as integers first: near 1.7e18 ns a
+// double holds a stamp only to 256 ns.
+double elapsed_us(uint64_t a, uint64_t b) {
+  return double(int64_t(b - a)) * 1e-3;
+}
 
 // Per CTA with work, its "pages computed" stamp in µs after `start` (0 for a CTA without work).
 std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t start) {
@@ -35,17 +41,19 @@ std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t st
   for (size_t cta = 0; cta < ctas; ++cta) {
     const uint64_t* ns = words.data() + cta * 2 * kSlots;
     if (ns[kQueriesSlot] != 0 && ns[kPagesDoneSlot] != 0)
-      times[cta] = (double(ns[kPagesDoneSlot]) - double(start)) * 1e-3;
+      times[cta] = elapsed_us(start, ns[kPagesDoneSlot]);
   }
   return times;
 }
 
-// Pearson correlation of a and b over the entries where both are non-zero.
+// Pearson correlation of a and b over the entries where both are non-zero; NaN with fewer than
+// two such entries or no variance (not "uncorrelated").
 double correlation(const std::vector<double>& a, const std::vector<double>& b) {
   double n = 0, sa = 0, sb = 0;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i] != 0 && b[i] != 0) n += 1, sa += a[i], sb += b[i];
-  if (n < 2) return 0;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (n < 2) return nan;
   const double ma = sa / n, mb = sb / n;
   double cov = 0, va = 0, vb = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -54,7 +62,7 @@ double correlation(const std::vector<double>& a, const std::vector<double>& b) {
     va += (a[i] - ma) * (a[i] - ma);
     vb += (b[i] - mb) * (b[i] - mb);
   }
-  return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : 0;
+  return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : nan;
 }
 
 // max − min over the non-zero entries.
@@ -75,7 +83,7 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
                              int sm_clock_khz) {
   DecodeTimeline run;
   run.ctas = static_cast<int>(words.size() / (2 * kSlots));
-  run.op_end_us = (double(end) - double(start)) * 1e-3;
+  run.op_end_us = elapsed_us(start, end);
   const double cycles_per_us = sm_clock_khz * 1e-3;
   for (int slot = 0; slot < kSlots; ++slot) {
     std::vector<double> reached, phase;
@@ -83,7 +91,7 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
       const uint64_t* ns = words.data() + size_t(cta) * 2 * kSlots;
       const uint64_t* clk = ns + kSlots;
       if (ns[slot] == 0) continue;
-      reached.push_back((double(ns[slot]) - double(start)) * 1e-3);
+      reached.push_back(elapsed_us(start, ns[slot]));
       const bool has_work = ns[kQueriesSlot] != 0;
       if (slot > 0 && has_work && clk[slot - 1] != 0)
         phase.push_back(double(clk[slot] - clk[slot - 1]) / cycles_per_us);
@@ -130,13 +138,22 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
     result.phase_us[slot] = median_of([&](const DecodeTimeline& t) { return t.phase_us[slot]; });
   }
   std::vector<double> correlations, spreads;
-  std::vector<double> means(finishes.front().size(), 0.0);
   for (size_t run = 0; run < finishes.size(); ++run) {
-    if (run > 0) correlations.push_back(correlation(finishes[run - 1], finishes[run]));
+    if (run > 0) {
+      const double c = correlation(finishes[run - 1], finishes[run]);
+      if (!std::isnan(c)) correlations.push_back(c);
+    }
     spreads.push_back(spread(finishes[run]));
-    for (size_t cta = 0; cta < means.size(); ++cta)
-      means[cta] += finishes[run][cta] / double(finishes.size());
   }
+  // Each CTA's mean over the runs that stamped it.
+  std::vector<double> means(finishes.front().size(), 0.0);
+  for (size_t cta = 0; cta < means.size(); ++cta) {
+    double sum = 0, count = 0;
+    for (const std::vector<double>& run : finishes)
+      if (run[cta] != 0) sum += run[cta], count += 1;
+    if (count > 0) means[cta] = sum / count;
+  }
+  result.finish_runs = int(finishes.size());
   result.finish_correlation =
       correlations.empty() ? std::numeric_limits<double>::quiet_NaN() : median(correlations);
   result.finish_spread_of_means_us = spread(means);
@@ -158,9 +175,11 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
   text += fmt::format("  {:<18} {:7.2f}  (the stamp after the op: combine included)\n", "op end",
                       timeline.op_end_us);
   text += fmt::format(
-      "  CTAs' finish (pages computed): correlation between consecutive runs {:.2f}; spread "
-      "{:.2f} µs in a run (median), {:.2f} µs of the per-CTA means\n",
-      timeline.finish_correlation, timeline.finish_spread_us, timeline.finish_spread_of_means_us);
+      "  CTAs' finish (pages computed) over {} runs: correlation between consecutive runs {:.2f} "
+      "(median over the pairs of runs); spread {:.2f} µs in a run (median), {:.2f} µs of the "
+      "per-CTA means\n",
+      timeline.finish_runs, timeline.finish_correlation, timeline.finish_spread_us,
+      timeline.finish_spread_of_means_us);
   return text;
 }
 

@@ -24,10 +24,12 @@ struct DecodeTimeline {
   double op_end_us = 0;  // the stamp after the op (the combine, if launched, is done by then)
   // Is a CTA's finish ("pages computed") slow or fast by where it runs? Over the CTAs with work:
   // the median over pairs of consecutive runs of the Pearson correlation of their finish times
-  // (NaN with fewer than two runs), the spread (max − min) of each CTA's finish time averaged over
-  // the runs, and the median over runs of one run's spread. A correlation near 1 and the two
-  // spreads alike: the same CTAs (the same SMs, when the block scheduler places a one-wave grid
-  // alike every time) are slow in every run; near 0: it changes from run to run.
+  // (NaN with fewer than two runs, or when no pair had two CTAs with work to compare), the spread
+  // (max − min) of each CTA's finish time averaged over the runs, and the median over runs of one
+  // run's spread. A correlation near 1 and the two spreads alike: the same CTAs (the same SMs, when
+  // the block scheduler places a one-wave grid alike every time) are slow in every run; near 0: it
+  // changes from run to run.
+  int finish_runs = 0;
   double finish_correlation = 0;
   double finish_spread_of_means_us = 0;
   double finish_spread_us = 0;

@@ -38,7 +38,8 @@ struct DecodeKernelArgs {
   bool query_by_tma = false;
   CUtensorMap q_tensor_map = {};
   // kFast's seesaw with the launched combine: the grid as {tiles, parts} instead of {parts,
-  // tiles}, so that a part's row tiles (which read the same pages) start on neighbouring SMs.
+  // tiles}, so that a part's row tiles (which read the same pages) are launched consecutively
+  // (FlashMLA's order). Never with the fused combine, whose merge takes blockIdx.x as the part.
   bool tile_major_grid = false;
 };
 

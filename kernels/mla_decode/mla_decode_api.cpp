@@ -433,7 +433,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       query_tma_from_environment() &&
                       query_tile_map_spec(params, args.heads_per_kv, &q_spec);
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
-  args.tile_major_grid = !fused_combine && tile_major_from_environment();
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
     decode::launch_splitkv_mma<16>(args, fused_combine, stream);
@@ -443,6 +442,9 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     if (schedule == MlaDecodeSchedule::kLockstep) {
       decode::launch_splitkv_wgmma(args, fused_combine, stream);
     } else {
+      // Tile-major needs the parts on the grid's y, at most 65,535 of them.
+      args.tile_major_grid =
+          !fused_combine && args.shape.num_parts <= 65535 && tile_major_from_environment();
       const decode::SeesawOrder order =
           schedule == MlaDecodeSchedule::kSeesawSFirst  ? decode::SeesawOrder::kSFirst
           : schedule == MlaDecodeSchedule::kSeesawPairs ? decode::SeesawOrder::kPairs

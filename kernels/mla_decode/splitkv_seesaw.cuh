@@ -51,6 +51,7 @@
 #include <cstddef>
 
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 
 #include "common/launch.cuh"
@@ -754,6 +755,10 @@ static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, b
   MLA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
+  // The fused combine's merge takes blockIdx.x as the part: parts-major only (the dispatcher
+  // never asks otherwise; an internal invariant, hence no mla::Error).
+  if (fused_combine && args.tile_major_grid)
+    throw std::logic_error("mla_decode_splitkv_seesaw: the fused combine needs a parts-major grid");
   const int tiles = args.params.num_heads_kv * args.shape.num_row_tiles;
   const dim3 grid =
       args.tile_major_grid ? dim3(tiles, args.shape.num_parts) : dim3(args.shape.num_parts, tiles);
