@@ -16,6 +16,23 @@
 namespace mla::kernels {
 namespace {
 
+// Every page of every sequence has an owner, and each sequence's split indices are exactly
+// [split_begin, split_begin + num_splits).
+void expect_covered_and_dense(const DecodePlanView& plan, const std::vector<int>& pages,
+                              const std::vector<std::vector<int>>& page_owner,
+                              std::map<int, std::set<int>>& splits_of_seq) {
+  for (int b = 0; b < static_cast<int>(pages.size()); ++b) {
+    for (int j = 0; j < pages[b]; ++j)
+      EXPECT_NE(page_owner[b][j], -1) << "page " << j << " of seq " << b << " not covered";
+    const auto& splits = splits_of_seq[b];
+    EXPECT_EQ(static_cast<int>(splits.size()), plan.num_splits(b));
+    if (!splits.empty()) {
+      EXPECT_EQ(*splits.begin(), plan.split_begin()[b]);
+      EXPECT_EQ(*splits.rbegin(), plan.split_begin()[b] + plan.num_splits(b) - 1);
+    }
+  }
+}
+
 struct PlanCheck {
   int max_part_cost = 0;
   int total_pieces = 0;
@@ -105,17 +122,7 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
       EXPECT_EQ(record.split_index, scanned_splits.front());
     }
   }
-  for (int b = 0; b < batch; ++b) {
-    for (int j = 0; j < pages[b]; ++j)
-      EXPECT_NE(page_owner[b][j], -1) << "page " << j << " of seq " << b << " not covered";
-    // A sequence's split indices are exactly [split_begin, split_begin + num_splits).
-    const auto& splits = splits_of_seq[b];
-    EXPECT_EQ(static_cast<int>(splits.size()), plan.num_splits(b));
-    if (!splits.empty()) {
-      EXPECT_EQ(*splits.begin(), plan.split_begin()[b]);
-      EXPECT_EQ(*splits.rbegin(), plan.split_begin()[b] + plan.num_splits(b) - 1);
-    }
-  }
+  expect_covered_and_dense(plan, pages, page_owner, splits_of_seq);
   EXPECT_EQ(plan.total_splits(), result.total_pieces);
   // The workspace holds batch + num_parts partial results; a plan never needs more.
   EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
@@ -259,6 +266,115 @@ TEST(DecodePlan, LaunchShapeTilesEveryRow) {
   EXPECT_EQ(decode_launch_shape(1, 32, 1, 132).rows_per_tile, 32);
   EXPECT_EQ(decode_launch_shape(2, 128, 1, 132).num_row_tiles, 4);
   EXPECT_EQ(decode_launch_shape(2, 128, 1, 132).num_parts, 33);
+}
+
+// A tail plan (make_decode_tail_plan_host): the same coverage and split rules as check_plan, each
+// part walked from its record the way a kernel will (TailPartPieceCursor::first, then next), the
+// record and every piece against the builder's general scan, and the tiers' shares.
+void check_tail_plan(const std::vector<int32_t>& seqlens, int static_parts, int max_pages_per_seq) {
+  const int batch = static_cast<int>(seqlens.size());
+  const int num_parts = (1 + kDecodeTailPartsPerCta) * static_parts;
+  const std::vector<int32_t> data =
+      make_decode_tail_plan_host(seqlens.data(), batch, static_parts, max_pages_per_seq);
+  ASSERT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
+  const DecodePlanView plan{data.data(), batch, num_parts};
+  EXPECT_EQ(data[2], batch);
+  EXPECT_EQ(data[3], num_parts);
+  std::vector<std::vector<int>> page_owner(batch);
+  std::vector<int> pages(batch);
+  int total_cost = 0;
+  for (int b = 0; b < batch; ++b) {
+    pages[b] = num_pages_of(clamp_seqlen(seqlens[b], max_pages_per_seq));
+    page_owner[b].assign(pages[b], -1);
+    total_cost += seq_cost(pages[b]);
+  }
+  const DecodeTailUnits units = decode_tail_units(total_cost, static_parts);
+  EXPECT_EQ(plan.cost_per_part(), units.static_cost);
+  // The tiers: the static parts hold at least 7/8 of the cost less one share's rounding, and the
+  // tail parts cover the rest.
+  if (total_cost >= static_parts) {
+    EXPECT_GE(static_parts * units.static_cost,
+              total_cost - total_cost * kDecodeTailEighths / 8 - static_parts);
+  }
+  EXPECT_GE(
+      static_parts * units.static_cost + kDecodeTailPartsPerCta * static_parts * units.tail_cost,
+      total_cost);
+  std::map<int, std::set<int>> splits_of_seq;
+  std::set<int> all_splits;
+  int total_pieces = 0;
+  for (int part = 0; part < num_parts; ++part) {
+    const DecodePartRecord& record = plan.part_records()[part];
+    EXPECT_EQ(record.cost_per_part, tail_part_cost(units, part));
+    EXPECT_EQ(record.reserved, tail_part_unit_begin(units, part));
+    TailPartPieceCursor cursor(plan, seqlens.data(), max_pages_per_seq);
+    TailPartPieceCursor scan =
+        TailPartPieceCursor::scanning(plan, seqlens.data(), max_pages_per_seq, units, part);
+    DecodePiece piece, scanned;
+    int cost = 0;
+    int previous_seq = -1;
+    bool more = cursor.first(record, &piece);
+    for (; more; more = cursor.next(&piece)) {
+      ASSERT_TRUE(scan.next(&scanned)) << "part " << part << ": the scan has fewer pieces";
+      EXPECT_EQ(piece.seq, scanned.seq);
+      EXPECT_EQ(piece.page_begin, scanned.page_begin);
+      EXPECT_EQ(piece.page_end, scanned.page_end);
+      EXPECT_EQ(piece.split_index, scanned.split_index)
+          << "part " << part << ", seq " << piece.seq << ": a later piece is not its first";
+      EXPECT_EQ(piece.num_splits, plan.num_splits(piece.seq));
+      EXPECT_GT(piece.seq, previous_seq);
+      previous_seq = piece.seq;
+      EXPECT_LT(piece.page_begin, piece.page_end);
+      EXPECT_LE(piece.page_end, pages[piece.seq]);
+      for (int j = piece.page_begin; j < piece.page_end; ++j) {
+        EXPECT_EQ(page_owner[piece.seq][j], -1)
+            << "page " << j << " of seq " << piece.seq << " covered twice";
+        page_owner[piece.seq][j] = part;
+      }
+      EXPECT_TRUE(all_splits.insert(piece.split_index).second) << "split index reused";
+      splits_of_seq[piece.seq].insert(piece.split_index);
+      cost += piece.page_end - piece.page_begin + kDecodeFixedCostPages;
+      ++total_pieces;
+    }
+    EXPECT_FALSE(scan.next(&scanned)) << "part " << part << ": the scan has more pieces";
+    EXPECT_LE(cost, tail_part_cost(units, part) + kDecodeFixedCostPages) << "part " << part;
+  }
+  expect_covered_and_dense(plan, pages, page_owner, splits_of_seq);
+  EXPECT_EQ(plan.total_splits(), total_pieces);
+  EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
+}
+
+TEST(DecodeTailPlan, EqualLengthsFillEveryCtaAndLeaveATail) {
+  for (int len : {4096, 8192, 32768}) {
+    const std::vector<int32_t> seqlens(128, len);
+    check_tail_plan(seqlens, 132, len / 64);
+    const int total = 128 * seq_cost(len / 64);
+    const DecodeTailUnits units = decode_tail_units(total, 132);
+    // Every CTA's static part has work, and the tail is in parts of a few pages (4k: 3, 8k: 6,
+    // 32k: 22 units).
+    EXPECT_LE(132 * units.static_cost, total) << len;
+    // The tail parts, 3 per CTA, cover the last eighth: C2 = ceil(rest / 396) with rest at most
+    // an eighth plus one static share's rounding per CTA.
+    EXPECT_GT(units.tail_cost, 1) << len;
+    EXPECT_LE(units.tail_cost, (total / 8 + 132 + 395) / 396) << len;
+  }
+}
+
+TEST(DecodeTailPlan, SmallAndRaggedBatches) {
+  check_tail_plan({0}, 132, 16);
+  check_tail_plan({1}, 132, 16);
+  check_tail_plan({1024}, 132, 16);
+  check_tail_plan({32768}, 132, 512);
+  check_tail_plan({0, 65, 0, 4096, 1, 64}, 8, 64);
+  check_tail_plan({100000, 50}, 16, 32);  // the first length is clamped to the block table
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 160)(rng);
+    const int static_parts = std::uniform_int_distribution<int>(1, 140)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 20000)(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
+    check_tail_plan(seqlens, static_parts, (max_len + 63) / 64);
+  }
 }
 
 }  // namespace
