@@ -274,9 +274,7 @@ class PartPieceCursor {
   int seq_ = 0;       // the next sequence the scan looks at
 };
 
-// A part's record: its first piece (none: seq = -1), its C and `reserved` (the tail plan's
-// builder; first_piece_record() below writes the same fields out, so that the plan kernel's code
-// stays the code measured).
+// A part's record: its first piece (none: seq = -1), its C and `reserved`.
 MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part,
                                              int reserved = 0) {
   DecodePartRecord record;
@@ -297,17 +295,9 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
                                                     const int32_t* seqlens, int max_pages_per_seq,
                                                     int part) {
   PartPieceCursor cursor = PartPieceCursor::scanning(plan, seqlens, max_pages_per_seq, part);
-  DecodePartRecord record;
-  record.cost_per_part = plan.cost_per_part();
   DecodePiece piece;
-  if (!cursor.next(&piece)) return record;  // seq = -1
-  record.seq = piece.seq;
-  record.seqlen = piece.seqlen;
-  record.page_begin = piece.page_begin;
-  record.page_end = piece.page_end;
-  record.split_index = piece.split_index;
-  record.num_splits = piece.num_splits;
-  return record;
+  const bool has_work = cursor.next(&piece);
+  return part_record(has_work ? &piece : nullptr, plan.cost_per_part());
 }
 
 // ---- The dynamic tail: a plan mode for the memory-bound rows, not yet run by any kernel ----
