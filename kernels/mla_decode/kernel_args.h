@@ -41,12 +41,6 @@ struct DecodeKernelArgs {
   // tiles}, so that a part's row tiles (which read the same pages) are launched consecutively
   // (FlashMLA's order). Never with the fused combine, whose merge takes blockIdx.x as the part.
   bool tile_major_grid = false;
-  // The dynamic tail (decode_dynamic_tail_applies(); the 16-row body): the plan is a tail plan of
-  // plan_parts = (1 + kDecodeTailPartsPerCta) · num_parts parts, and each CTA claims tail parts
-  // from its grid row's counter, tail_counters[blockIdx.y] (zeroed by the plan kernel).
-  bool dynamic_tail = false;
-  int plan_parts = 0;  // parts in the plan: num_parts, or the tail plan's
-  unsigned* tail_counters = nullptr;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

@@ -18,8 +18,8 @@
 
 namespace mla::kernels {
 namespace decode {
-void launch_plan_kernel(const MlaDecodePlanParams& params, int plan_parts, bool dynamic_tail,
-                        int32_t* plan, int32_t* counters, int64_t num_counters,
+void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
+                        int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
                         int min_cost_per_part, cudaStream_t stream);
 }  // namespace decode
 
@@ -155,19 +155,7 @@ bool tile_major_from_environment() {
   return from_environment != 0;
 }
 
-// MLA_DECODE_DYNAMIC_TAIL (0 or 1), read once per process; unset: 0.
-bool dynamic_tail_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_DYNAMIC_TAIL", 1);
-  return from_environment == 1;
-}
-
 }  // namespace
-
-bool decode_dynamic_tail_applies(int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms) {
-  if (num_heads_kv <= 0 || num_sms <= 0) return false;
-  return decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms).rows_per_tile == 16 &&
-         dynamic_tail_from_environment();
-}
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
   if (params.min_cost_per_part > 0) return params.min_cost_per_part;
@@ -282,24 +270,16 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
   check_shape(batch, seqlen_q, num_heads_q, num_heads_kv);
   require(num_sms >= 1, fmt::format("num_sms must be >= 1, got {}", num_sms));
   const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
-  const bool dynamic_tail =
-      decode_dynamic_tail_applies(seqlen_q, num_heads_q, num_heads_kv, num_sms);
   DecodeWorkspaceLayout layout;
-  layout.plan_parts =
-      dynamic_tail ? (1 + kDecodeTailPartsPerCta) * shape.num_parts : shape.num_parts;
-  layout.max_splits = batch + layout.plan_parts;
+  layout.max_splits = batch + shape.num_parts;
   layout.num_combine_counters = int64_t(batch) * num_heads_kv * shape.num_row_tiles;
-  layout.num_tail_counters = dynamic_tail ? int64_t(num_heads_kv) * shape.num_row_tiles : 0;
   const size_t partial_rows = size_t(layout.max_splits) * num_heads_kv * shape.rows_per_kv_head;
   layout.plan_offset = 0;
   layout.combine_counters_offset =
-      align_up(sizeof(int32_t) * decode_plan_ints(batch, layout.plan_parts), kWorkspaceAlignment);
-  layout.tail_counters_offset =
-      layout.combine_counters_offset + sizeof(int32_t) * size_t(layout.num_combine_counters);
+      align_up(sizeof(int32_t) * decode_plan_ints(batch, shape.num_parts), kWorkspaceAlignment);
   layout.partial_lse_offset =
       layout.combine_counters_offset +
-      align_up(sizeof(int32_t) * size_t(layout.num_combine_counters + layout.num_tail_counters),
-               kWorkspaceAlignment);
+      align_up(sizeof(int32_t) * size_t(layout.num_combine_counters), kWorkspaceAlignment);
   layout.partial_out_offset =
       layout.partial_lse_offset + align_up(sizeof(float) * partial_rows, kWorkspaceAlignment);
   layout.total_bytes = layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV;
@@ -381,15 +361,14 @@ DecodeDeviceFacts current_decode_device_facts() {
 void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stream) {
   check_mla_decode_plan_args(params, current_decode_device_facts());
   if (params.batch == 0) return;
+  const DecodeLaunchShape shape =
+      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
   const DecodeWorkspaceLayout layout = decode_workspace_layout(
       params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
   auto* base = static_cast<uint8_t*>(params.workspace);
-  // The counters are one array: the combine's, then the tail's (zeroed together).
-  decode::launch_plan_kernel(params, layout.plan_parts, layout.num_tail_counters > 0,
-                             reinterpret_cast<int32_t*>(base + layout.plan_offset),
+  decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
                              reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
-                             layout.num_combine_counters + layout.num_tail_counters,
-                             plan_min_cost_per_part(params), stream);
+                             layout.num_combine_counters, plan_min_cost_per_part(params), stream);
 }
 
 namespace {
@@ -416,9 +395,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   args.partial_lse = reinterpret_cast<float*>(base + layout.partial_lse_offset);
   args.partial_out = reinterpret_cast<float*>(base + layout.partial_out_offset);
   args.combine_counters = reinterpret_cast<int*>(base + layout.combine_counters_offset);
-  args.dynamic_tail = layout.num_tail_counters > 0;
-  args.plan_parts = layout.plan_parts;
-  args.tail_counters = reinterpret_cast<unsigned*>(base + layout.tail_counters_offset);
 
   const bool fast = params.kernel == MlaDecodeKernel::kFast;
   // kFast's fused combine: the split-KV kernel merges split sequences itself, no combine launch.
@@ -429,10 +405,8 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
           fmt::format("combine kFused needs every CTA resident at once: the grid has {} CTAs "
                       "(num_sms {}), the device has {} SMs",
                       grid_ctas, params.num_sms, device.num_sms));
-  // A tail plan's CTAs do not know their pieces before they run, which the fused merge needs:
-  // the combine is launched.
-  const bool fused_combine = all_resident && !args.dynamic_tail &&
-                             resolved_decode_combine(params) == MlaDecodeCombine::kFused;
+  const bool fused_combine =
+      all_resident && resolved_decode_combine(params) == MlaDecodeCombine::kFused;
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;

@@ -18,12 +18,10 @@ namespace decode {
 namespace {
 
 struct PlanKernelArgs {
-  const int32_t* seqlens;  // [batch]
-  int32_t* plan;           // [decode_plan_ints(batch, num_parts)]
-  // [num_counters]: set to 0 here: kFast's fused combine's arrival counters, then the dynamic
-  // tail's claim counters
-  int32_t* counters;
-  int64_t num_counters;
+  const int32_t* seqlens;     // [batch]
+  int32_t* plan;              // [decode_plan_ints(batch, num_parts)]
+  int32_t* combine_counters;  // [num_combine_counters]: set to 0 here, for kFast's fused combine
+  int64_t num_combine_counters;
   int batch;
   int num_parts;
   int max_pages_per_seq;
@@ -34,9 +32,7 @@ __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq)
   return num_pages_of(clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq));
 }
 
-// Same arithmetic as make_decode_plan_host() (kTail: make_decode_tail_plan_host(), with
-// args.num_parts = (1 + kDecodeTailPartsPerCta) · G), with block-wide scans in place of the loops.
-template <bool kTail>
+// Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
   using BlockScan = cub::BlockScan<int, kPlanThreads>;
@@ -50,8 +46,9 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int tid = threadIdx.x;
 
   // kFast's arrival counters start every step at 0 (each fused launch then adds a sequence's number
-  // of pieces to its counter), and so do the dynamic tail's claim counters.
-  for (int64_t i = tid; i < args.num_counters; i += kPlanThreads) args.counters[i] = 0;
+  // of pieces to its counter).
+  for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
+    args.combine_counters[i] = 0;
 
   // Pass 1: exclusive prefix of sequence costs, and the largest.
   if (tid == 0) {
@@ -71,11 +68,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
   }
   const int total_cost = carry;
-  const DecodeTailUnits units =
-      decode_tail_units(total_cost, args.num_parts / (1 + kDecodeTailPartsPerCta));
   const int per_part =
-      kTail ? units.static_cost
-            : cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
+      cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
   __syncthreads();
 
   // Pass 2: exclusive prefix of splits per sequence.
@@ -83,10 +77,8 @@ __global__ void __launch_bounds__(kPlanThreads)
   __syncthreads();
   for (int base = 0; base < args.batch; base += kPlanThreads) {
     const int seq = base + tid;
-    const int pages = seq < args.batch ? pages_of_seq(args, seq) : 0;
-    const int splits = seq >= args.batch ? 0
-                       : kTail           ? tail_num_splits_of(cost_begin[seq], pages, units)
-                                         : num_splits_of(cost_begin[seq], pages, per_part);
+    const int splits =
+        seq < args.batch ? num_splits_of(cost_begin[seq], pages_of_seq(args, seq), per_part) : 0;
     int prefix, chunk_total;
     BlockScan(scan_storage).ExclusiveSum(splits, prefix, chunk_total);
     if (seq < args.batch) split_begin[seq] = carry + prefix;
@@ -106,7 +98,7 @@ __global__ void __launch_bounds__(kPlanThreads)
 
   // Pass 3: the first sequence each part touches (binary search over the cost prefix).
   for (int part = tid; part < args.num_parts; part += kPlanThreads) {
-    const int unit = kTail ? tail_part_unit_begin(units, part) : part * per_part;
+    const int unit = part * per_part;
     int lo = 0, hi = args.batch;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -123,18 +115,8 @@ __global__ void __launch_bounds__(kPlanThreads)
   const DecodePlanView view{args.plan, args.batch, args.num_parts};
   auto* records = reinterpret_cast<DecodePartRecord*>(
       args.plan + decode_part_records_offset(args.batch, args.num_parts));
-  for (int part = tid; part < args.num_parts; part += kPlanThreads) {
-    if constexpr (kTail) {
-      TailPartPieceCursor cursor =
-          TailPartPieceCursor::scanning(view, args.seqlens, args.max_pages_per_seq, units, part);
-      DecodePiece piece;
-      const bool has_work = cursor.next(&piece);
-      records[part] = part_record(has_work ? &piece : nullptr, tail_part_cost(units, part),
-                                  tail_part_unit_begin(units, part));
-    } else {
-      records[part] = first_piece_record(view, args.seqlens, args.max_pages_per_seq, part);
-    }
-  }
+  for (int part = tid; part < args.num_parts; part += kPlanThreads)
+    records[part] = first_piece_record(view, args.seqlens, args.max_pages_per_seq, part);
   // The padding before the records is 0, as on the host (the plans compare word for word).
   const int64_t padding_begin = part_first_seq + args.num_parts - args.plan;
   for (int64_t i = padding_begin + tid; i < decode_part_records_offset(args.batch, args.num_parts);
@@ -352,22 +334,18 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_plan_kernel(const MlaDecodePlanParams& params, int plan_parts, bool dynamic_tail,
-                        int32_t* plan, int32_t* counters, int64_t num_counters,
+void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
+                        int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
                         int min_cost_per_part, cudaStream_t stream) {
   PlanKernelArgs args{params.seqlens,
                       plan,
-                      counters,
-                      num_counters,
+                      combine_counters,
+                      num_combine_counters,
                       params.batch,
-                      plan_parts,
+                      shape.num_parts,
                       params.max_pages_per_seq,
                       min_cost_per_part};
-  if (dynamic_tail) {
-    mla_decode_plan_kernel<true><<<1, kPlanThreads, 0, stream>>>(args);
-  } else {
-    mla_decode_plan_kernel<false><<<1, kPlanThreads, 0, stream>>>(args);
-  }
+  mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 

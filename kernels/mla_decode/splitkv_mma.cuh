@@ -22,7 +22,6 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
 
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
@@ -73,58 +72,15 @@ __device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const
     for (int i = 0; i < 2 * kTimelineSlots; ++i) cta[i] = stamps[i];
   }
 }
-// The dynamic tail's shared state (kDynamicTail; kernel_args.h): thread 0 claims tail parts as
-// its look-ahead runs out of pages and passes each claimed part's record to the other threads
-// through a ring. Each thread reads the next entry when its pieces run out, after at least one
-// __syncthreads() since thread 0 wrote it (thread 0 claims while issuing a page at least one page
-// before the CTA needs the part). Thread 0 is at most two pages ahead and every claimed part has a
-// page, so it is at most three claims ahead of the slowest reader: four entries never overwrite
-// one still to be read.
-constexpr int kTailRingEntries = 4;
-struct TailClaimState {
-  DecodePartRecord ring[kTailRingEntries];
-  uint32_t claims_made;  // thread 0's
-  uint32_t modulus;      // tail_claim_modulus() of the plan, G + E
-};
-
-// Thread 0's claims (TailPageStream's Claim): ticket t of the grid row's counter is tail part
-// G + (t mod (G + E)) while that is below G + E; otherwise no part is left (the CTA's last claim).
-struct TailClaim {
-  unsigned* counter;
-  const DecodePartRecord* tail_records;  // the plan's records from part G on
-  TailClaimState* state;                 // shared memory
-  int static_parts;                      // G
-
-  __device__ __forceinline__ DecodePartRecord operator()() const {
-    const uint32_t ticket = atomicAdd(counter, 1u);
-    const int local = static_cast<int>(ticket % state->modulus);
-    DecodePartRecord record;  // seq = -1: none
-    if (local < static_cast<int>(state->modulus) - static_parts)
-      record = load_part_record(tail_records + local);
-    state->ring[state->claims_made++ % kTailRingEntries] = record;
-    return record;
-  }
-};
-
-// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps, then
-// (the dynamic tail) its claim state.
+// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps.
 template <int kRowsPerTile, bool kTimeline>
-inline constexpr int kMmaStampsBytes = kTimeline ? 2 * kTimelineSlots * 8 : 0;
-template <int kRowsPerTile, bool kTimeline, bool kDynamicTail = false>
-inline constexpr int kMmaSmemBytes =
-    int(sizeof(SharedStorage<kRowsPerTile>)) + kMmaStampsBytes<kRowsPerTile, kTimeline> +
-    (kDynamicTail ? int(sizeof(TailClaimState)) : 0);
-static_assert(kMmaSmemBytes<16, true, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
-static_assert((sizeof(SharedStorage<16>) + kMmaStampsBytes<16, true>) % 16 == 0 &&
-                  alignof(TailClaimState) <= 16,
-              "the tail's claim state is aligned");
+inline constexpr int kMmaSmemBytes = int(sizeof(SharedStorage<kRowsPerTile>)) +
+                                     (kTimeline ? 2 * kTimelineSlots * 8 : 0);
+static_assert(kMmaSmemBytes<16, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
 
-// kDynamicTail: the plan is a tail plan (args.dynamic_tail); after its static part a CTA runs the
-// tail parts thread 0 claims (never with kFusedCombine).
-template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false, bool kDynamicTail = false>
+template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  static_assert(!(kDynamicTail && kFusedCombine), "the fused merge needs a static plan");
   using Cfg = TileConfig<kRowsPerTile>;
   constexpr int kMS = Cfg::kMTilesS;
   constexpr int kNS = Cfg::kNTilesS;
@@ -133,8 +89,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto& smem = *reinterpret_cast<SharedStorage<kRowsPerTile>*>(smem_raw);
   uint64_t* const stamps =
       reinterpret_cast<uint64_t*>(smem_raw + sizeof(SharedStorage<kRowsPerTile>));
-  TailClaimState* const tail_state = reinterpret_cast<TailClaimState*>(
-      smem_raw + sizeof(SharedStorage<kRowsPerTile>) + kMmaStampsBytes<kRowsPerTile, kTimeline>);
 
   const MlaDecodeParams& p = args.params;
   const int tid = threadIdx.x;
@@ -168,38 +122,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // before reading anything, and only SMs this grid has left take its CTAs.
   ptx::launch_dependents();
 
-  // The dynamic tail: a tail plan's cursor and thread 0's claims (a CTA whose static part has no
-  // work learns its first piece from the ring, so its queries are loaded in the loop).
-  using Cursor = std::conditional_t<kDynamicTail, TailPartPieceCursor, PartPieceCursor>;
-  using PageStream = std::conditional_t<kDynamicTail, TailPageStream<TailClaim>, PartPageStream>;
-  const DecodePlanView plan{args.plan, p.batch,
-                            kDynamicTail ? args.plan_parts : args.shape.num_parts};
-  Cursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
   const bool has_work = cursor.first(&piece);
   stamp<kTimeline>(stamps, kTimelineFirstPiece);
-  // Thread 0's look-ahead: the same pages, issued ahead (with the dynamic tail, claiming).
-  PageStream prefetch(cursor, has_work, piece);
-  if constexpr (kDynamicTail) {
-    prefetch.claim = TailClaim{args.tail_counters + blockIdx.y, plan.part_records() + gridDim.x,
-                               tail_state, static_cast<int>(gridDim.x)};
-    if (tid == 0) {
-      tail_state->claims_made = 0;
-      tail_state->modulus = static_cast<uint32_t>(
-          tail_claim_modulus(decode_tail_units(plan.cost_begin()[p.batch], gridDim.x)));
-    }
-  }
-  uint32_t claims_read = 0;  // the dynamic tail: ring entries this thread has read
-  // The dynamic tail's next piece: the cursor's, else the next claimed part's first.
-  auto next_tail_piece = [&]() -> bool {
-    if constexpr (kDynamicTail) {
-      if (cursor.next(&piece)) return true;
-      const DecodePartRecord record = tail_state->ring[claims_read++ % kTailRingEntries];
-      return cursor.first(record, &piece);
-    } else {
-      return false;  // not called
-    }
-  };
+  // Thread 0's look-ahead: the same pages, issued ahead.
+  PartPageStream prefetch(cursor, has_work, piece);
 
   // The first piece's queries are requested before its pages: they are needed first, and behind
   // two pages' TMA copies they arrived 2.6-7 µs late (the timeline, docs/kernels/mla_decode.md).
@@ -214,12 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) pipeline.issue_first<kMmaStages - 1>(args, prefetch, kv_head);
   __syncthreads();
 
-  bool more = has_work;
-  if constexpr (kDynamicTail) {
-    if (!has_work) more = next_tail_piece();  // thread 0's first claim is in the ring
-  }
-  // (Written so, the default instantiations' code is the code measured before the dynamic tail.)
-  for (; more; more = kDynamicTail ? next_tail_piece() : cursor.next(&piece)) {
+  for (bool more = has_work; more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
     // Queries of this tile → registers, through the stage the page after next will use (rows
@@ -228,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // piece's were requested above, into that same stage.)
     const uint32_t q_stage =
         kv_smem0 + ((pipeline.pages_done + kMmaStages - 1) % kMmaStages) * kStageBytes;
-    if (pipeline.pages_done != 0 || (kDynamicTail && !has_work)) {
+    if (pipeline.pages_done != 0) {
       if (loader.row < kRowsPerTile)
         loader.copy_query_row(q_stage, args, batch_index, kv_head, tile_row0);
       ptx::cp_async_commit();
@@ -503,17 +427,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
-  const bool timeline = args.timeline != nullptr;
-  // (The dispatcher never asks for the dynamic tail with the fused combine.)
-  const int smem_bytes =
-      args.dynamic_tail
-          ? (timeline ? kMmaSmemBytes<kRowsPerTile, true, true>
-                      : kMmaSmemBytes<kRowsPerTile, false, true>)
-          : (timeline ? kMmaSmemBytes<kRowsPerTile, true> : kMmaSmemBytes<kRowsPerTile, false>);
-  auto* kernel = args.dynamic_tail
-                     ? (timeline ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true, true>
-                                 : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, false, true>)
-                 : timeline
+  const int smem_bytes = args.timeline != nullptr ? kMmaSmemBytes<kRowsPerTile, true>
+                                                  : kMmaSmemBytes<kRowsPerTile, false>;
+  auto* kernel = args.timeline != nullptr
                      ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
                                       : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
                  : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
@@ -526,9 +442,8 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaSt
   // kFused's CTAs wait for each other: all resident at once, or the launch fails.
   launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), size_t(smem_bytes), stream,
                         args);
-  MLA_CHECK_LAUNCH(fused_combine       ? "mla_decode_splitkv_mma (fused combine)"
-                   : args.dynamic_tail ? "mla_decode_splitkv_mma (dynamic tail)"
-                                       : "mla_decode_splitkv_mma");
+  MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_mma (fused combine)"
+                                 : "mla_decode_splitkv_mma");
 }
 
 }  // namespace mla::kernels::decode

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -384,13 +383,11 @@ TEST_P(MlaDecodeGpu, SeveralKvHeads) {
 TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   MLA_REQUIRE_SM90_GPU();
   // Word for word, including batches larger than one scan chunk of the plan kernel (1024), with
-  // the balanced plan and with a minimum cost per part, and (h_q = 8, 16 rows per kv head, with
-  // MLA_DECODE_DYNAMIC_TAIL=1: the tail registration) the dynamic tail's plan. The plan also
-  // zeroes kFast's combine counters and the tail's claim counters (the workspace starts as 0xff
-  // bytes).
+  // the balanced plan and with a minimum cost per part. The plan also zeroes kFast's combine
+  // counters (the workspace starts as 0xff bytes).
   std::mt19937 rng(3);
   for (int batch : {1, 5, 64, 1500, 3000}) {
-    for (int heads : {8, 16, 128}) {
+    for (int heads : {16, 128}) {
       for (int min_cost : {0, 9}) {
         std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
         seqlens[0] = -3;        // negative counts as empty
@@ -414,27 +411,21 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         params.workspace_bytes = bytes;
         params.min_cost_per_part = min_cost;
         kernels::launch_mla_decode_plan(params, nullptr);
-        const bool tail = kernels::decode_dynamic_tail_applies(2, heads, 1, num_sms());
         const std::vector<int32_t> want =
-            tail ? kernels::make_decode_tail_plan_host(seqlens.data(), batch, shape.num_parts,
-                                                       max_pages)
-                 : kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
-                                                  kernels::plan_min_cost_per_part(params));
+            kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
+                                           kernels::plan_min_cost_per_part(params));
         std::vector<int32_t> got(want.size());
         MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost));
         EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads << " min cost " << min_cost;
         const kernels::DecodeWorkspaceLayout layout =
             kernels::decode_workspace_layout(batch, 2, heads, 1, num_sms());
-        EXPECT_EQ(layout.num_tail_counters, tail ? 1 : 0);
-        EXPECT_EQ(layout.tail_counters_offset,
-                  layout.combine_counters_offset + layout.num_combine_counters * sizeof(int32_t));
-        std::vector<int32_t> counters(layout.num_combine_counters + layout.num_tail_counters, -1);
+        std::vector<int32_t> counters(layout.num_combine_counters, -1);
         MLA_CUDA_CHECK(cudaMemcpy(counters.data(),
                                   workspace.data() + layout.combine_counters_offset,
                                   counters.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
         EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), int64_t(counters.size()))
-            << "combine or tail counters not zeroed, batch " << batch << " h_q " << heads;
+            << "combine counters not zeroed, batch " << batch << " h_q " << heads;
       }
     }
   }
@@ -533,22 +524,6 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
     SCOPED_TRACE(fmt::format("h_q {} s_q {}", c.heads, c.seqlen_q));
     expect_within_tolerance(testing::compare_decode(got, want.out, lse_only.lse, want.lse));
   }
-}
-
-// The dynamic tail follows MLA_DECODE_DYNAMIC_TAIL (ctest runs the decode suite a second time
-// with it set: tests/CMakeLists.txt), on the 16-row body's shapes only; and it takes the
-// partials' room its plan can use (batch + 4 G splits).
-TEST(MlaDecodeGpuTail, FollowsTheEnvironmentOnSixteenRowShapes) {
-  const char* text = std::getenv("MLA_DECODE_DYNAMIC_TAIL");
-  const bool on = text != nullptr && std::string(text) == "1";
-  EXPECT_EQ(kernels::decode_dynamic_tail_applies(1, 16, 1, 132), on);
-  EXPECT_EQ(kernels::decode_dynamic_tail_applies(4, 4, 1, 132), on);
-  EXPECT_FALSE(kernels::decode_dynamic_tail_applies(1, 32, 1, 132));
-  EXPECT_FALSE(kernels::decode_dynamic_tail_applies(2, 128, 1, 132));
-  const kernels::DecodeWorkspaceLayout layout =
-      kernels::decode_workspace_layout(128, 1, 16, 1, 132);
-  EXPECT_EQ(layout.plan_parts, on ? (1 + kernels::kDecodeTailPartsPerCta) * 132 : 132);
-  EXPECT_EQ(layout.max_splits, 128 + layout.plan_parts);
 }
 
 // kFused's CTAs wait for each other: a grid larger than the device (num_sms beyond its SMs) is

@@ -207,26 +207,15 @@ bool decode_pair_trace_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
                                        cudaStream_t stream);
 
-// The dynamic tail (docs/kernels/mla_decode.md; mla_decode_plan.h, "The dynamic tail"): for
-// shapes whose kv heads have at most 16 query rows (the 16-row body, which both kernels run), the
-// plan gives each CTA a static part of ~7/8 of a balanced share, and the CTAs that finish first
-// claim the rest in small tail parts from a counter in the workspace. Off unless the
-// environment's MLA_DECODE_DYNAMIC_TAIL is 1 (read once per process; for measuring). The plan, the
-// workspace size and the launch all follow this one rule, so a plan and its launches agree.
-bool decode_dynamic_tail_applies(int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms);
-
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
-  size_t plan_offset = 0;              // int32[decode_plan_ints(batch, plan_parts)]
+  size_t plan_offset = 0;              // int32[decode_plan_ints(batch, num_parts)]
   size_t combine_counters_offset = 0;  // int32[num_combine_counters]: kFast's arrival counters
-  size_t tail_counters_offset = 0;     // uint32[num_tail_counters], right after them
   size_t partial_lse_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head]
   size_t partial_out_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head, 512]
   size_t total_bytes = 0;
-  int plan_parts = 0;                // num_parts, or (1 + kDecodeTailPartsPerCta) · num_parts
-  int max_splits = 0;                // batch + plan_parts: the most pieces a plan can make
+  int max_splits = 0;                // batch + num_parts: the most pieces a plan can make
   int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles
-  int64_t num_tail_counters = 0;     // h_kv · num_row_tiles with the dynamic tail, else 0
 };
 DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_heads_q,
                                               int num_heads_kv, int num_sms);

@@ -190,19 +190,6 @@ MLA_HOST_DEVICE bool next_piece_in_units(const DecodePlanView& plan, const int32
   return false;
 }
 
-// A part's record, on the device as two 16-byte loads in flight at once (records are 32-byte
-// aligned).
-MLA_HOST_DEVICE DecodePartRecord load_part_record(const DecodePartRecord* record) {
-#if defined(__CUDA_ARCH__)
-  DecodePartRecord result;
-  reinterpret_cast<int4*>(&result)[0] = reinterpret_cast<const int4*>(record)[0];
-  reinterpret_cast<int4*>(&result)[1] = reinterpret_cast<const int4*>(record)[1];
-  return result;
-#else
-  return *record;
-#endif
-}
-
 // Walks the pieces of part `part` in order: first(), then next() until it returns false. Used by
 // the decode kernels and by the CPU tests. The first piece comes from the part's record (one
 // load); the later ones are found by scanning the cost prefix from the sequence after it.
@@ -224,7 +211,7 @@ class PartPieceCursor {
 
   // The part's first piece, from its record; false if the part has no work. Call once, first.
   MLA_HOST_DEVICE bool first(DecodePiece* piece) {
-    const DecodePartRecord record = load_part_record(plan_.part_records() + part_);
+    const DecodePartRecord record = load_record(plan_.part_records() + part_);
     if (record.seq < 0) {
       start_scan(1, plan_.batch);  // nothing here, nothing after
       return false;
@@ -264,6 +251,17 @@ class PartPieceCursor {
   MLA_HOST_DEVICE static int clamp_index(int value, int upper) {
     return value < 0 ? 0 : value > upper ? upper : value;
   }
+  MLA_HOST_DEVICE static DecodePartRecord load_record(const DecodePartRecord* record) {
+#if defined(__CUDA_ARCH__)
+    // Two 16-byte loads in flight at once (the record is 32-byte aligned).
+    DecodePartRecord result;
+    reinterpret_cast<int4*>(&result)[0] = reinterpret_cast<const int4*>(record)[0];
+    reinterpret_cast<int4*>(&result)[1] = reinterpret_cast<const int4*>(record)[1];
+    return result;
+#else
+    return *record;
+#endif
+  }
   MLA_HOST_DEVICE void start_scan(int per_part, int seq) {
     per_part_ = per_part > 0 ? per_part : 1;
     seq_ = seq;
@@ -302,17 +300,15 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
   return part_record(has_work ? &piece : nullptr, plan.cost_per_part());
 }
 
-// ---- The dynamic tail: a plan mode for the 16-row body (MLA_DECODE_DYNAMIC_TAIL) ----
+// ---- The dynamic tail: a plan mode for the memory-bound rows, not yet run by any kernel ----
 // (docs/kernels/mla_decode.md, "What the fast kernel still has to change": CTAs with the same
 // pages finish 20–25 % apart, a different set each run.) A tail plan has G static parts, one per
-// CTA of a grid row, covering about 7/8 of the cost in shares of C1 units, then E ≤
-// kDecodeTailPartsPerCta · G tail parts of C2 units that the CTAs claim from a counter as they
-// finish. C2 is more than kDecodeFixedCostPages, so every tail part holds at least one page (a run
-// of fixed-cost units is kDecodeFixedCostPages long, and the cost axis ends with a page): a claim
-// never finds an empty part. Its num_parts is (1 + kDecodeTailPartsPerCta) · G; the parts past
-// G + E have no work (records with seq = -1). Header and records keep the one-tier layout: the
-// header's cost_per_part is C1, and each record holds its part's own C (C1 or C2) and, in
-// `reserved`, the part's first cost unit, which is all TailPartPieceCursor needs.
+// CTA of a grid row, covering about 7/8 of the cost in shares of C1 units, then up to
+// kDecodeTailPartsPerCta · G tail parts of C2 units that the CTAs will claim from a counter as
+// they finish. Its num_parts is (1 + kDecodeTailPartsPerCta) · G; the tail parts past the cost
+// have no work (records with seq = -1). Header and records keep the one-tier layout: the header's
+// cost_per_part is C1, and each record holds its part's own C (C1 or C2) and, in `reserved`, the
+// part's first cost unit, which is all TailPartPieceCursor needs.
 inline constexpr int kDecodeTailPartsPerCta = 3;
 inline constexpr int kDecodeTailEighths = 1;  // the tail's share of the cost, in eighths
 
@@ -320,7 +316,6 @@ struct DecodeTailUnits {
   int static_parts = 1;  // G
   int static_cost = 1;   // C1
   int tail_cost = 1;     // C2
-  int tail_parts = 0;    // E: the tail parts with work, [G, G + E)
 };
 
 MLA_HOST_DEVICE DecodeTailUnits decode_tail_units(int total_cost, int static_parts) {
@@ -330,19 +325,10 @@ MLA_HOST_DEVICE DecodeTailUnits decode_tail_units(int total_cost, int static_par
   const int static_total = total_cost - total_cost * kDecodeTailEighths / 8;
   units.static_cost = static_total / g > 1 ? static_total / g : 1;
   const int rest = total_cost - g * units.static_cost;
-  const int max_tail_parts = kDecodeTailPartsPerCta * g;
-  const int tail_cost = rest > 0 ? (rest + max_tail_parts - 1) / max_tail_parts : 1;
-  units.tail_cost = tail_cost > kDecodeFixedCostPages ? tail_cost : kDecodeFixedCostPages + 1;
-  units.tail_parts = rest > 0 ? (rest + units.tail_cost - 1) / units.tail_cost : 0;
+  const int tail_parts = kDecodeTailPartsPerCta * g;
+  const int tail_cost = rest > 0 ? (rest + tail_parts - 1) / tail_parts : 1;
+  units.tail_cost = tail_cost > 1 ? tail_cost : 1;
   return units;
-}
-
-// The number a grid row's claim tickets are taken modulo: every launch takes exactly G + E
-// tickets (each of the E tail parts once, and one failed claim per CTA, after which it claims no
-// more), so ticket t is local index t mod (G + E) of its launch and the counter needs no reset
-// between the launches that share a plan.
-MLA_HOST_DEVICE int tail_claim_modulus(const DecodeTailUnits& units) {
-  return units.static_parts + units.tail_parts;
 }
 
 MLA_HOST_DEVICE int tail_part_unit_begin(const DecodeTailUnits& units, int part) {
@@ -354,11 +340,11 @@ MLA_HOST_DEVICE int tail_part_cost(const DecodeTailUnits& units, int part) {
   return part < units.static_parts ? units.static_cost : units.tail_cost;
 }
 
-// The part whose units contain `unit` (units past the last part with work fall in it).
+// The part whose units contain `unit` (units past the last part fall in the last one).
 MLA_HOST_DEVICE int tail_part_of_unit(const DecodeTailUnits& units, int unit) {
   const int g = units.static_parts;
   const int static_end = g * units.static_cost;
-  const int last = g + units.tail_parts - 1;
+  const int last = (1 + kDecodeTailPartsPerCta) * g - 1;
   const int part =
       unit < static_end ? unit / units.static_cost : g + (unit - static_end) / units.tail_cost;
   return part < last ? part : last;
@@ -380,8 +366,8 @@ MLA_HOST_DEVICE int tail_num_splits_of(int cost_begin, int num_pages,
 class TailPartPieceCursor {
  public:
   MLA_HOST_DEVICE TailPartPieceCursor(const DecodePlanView& plan, const int32_t* seqlens,
-                                      int max_pages_per_seq, int part = 0)
-      : plan_(plan), seqlens_(seqlens), max_pages_per_seq_(max_pages_per_seq), part_(part) {}
+                                      int max_pages_per_seq)
+      : plan_(plan), seqlens_(seqlens), max_pages_per_seq_(max_pages_per_seq) {}
 
   MLA_HOST_DEVICE static TailPartPieceCursor scanning(const DecodePlanView& plan,
                                                       const int32_t* seqlens, int max_pages_per_seq,
@@ -394,12 +380,6 @@ class TailPartPieceCursor {
     cursor.part_ = part;
     cursor.general_ = true;
     return cursor;
-  }
-
-  // The first piece of the part given to the constructor, from its record in the plan; false if
-  // the part has no work.
-  MLA_HOST_DEVICE bool first(DecodePiece* piece) {
-    return first(load_part_record(plan_.part_records() + part_), piece);
   }
 
   // The part's first piece, from its record; false if the part has no work.
@@ -433,8 +413,8 @@ class TailPartPieceCursor {
   int unit_begin_ = 0;
   int unit_end_ = 0;
   int seq_ = 0;
-  int part_ = 0;           // the constructor's part (first()), or scanning()'s
   DecodeTailUnits units_;  // scanning() only
+  int part_ = 0;           // scanning() only
   bool general_ = false;   // scanning(): split indices from the units
 };
 
@@ -471,56 +451,13 @@ struct PartPageStream {
   }
 };
 
-// Thread 0's look-ahead in a tail plan: the pages of its CTA's static part, then of each tail
-// part it claims, in the order the CTA consumes them. claim() claims the next part and returns its
-// record (seq = -1: none left, and claim() is not called again); the device's also passes the
-// record to the CTA's other threads. Made from a cursor that has just returned the static part's
-// first piece (has_first: the part has one).
-template <class Claim>
-struct TailPageStream {
-  TailPartPieceCursor cursor;
-  Claim claim;
-  int seq = 0;
-  int page = 0;      // the next page of the current piece
-  int page_end = 0;  // the current piece's end (0: none)
-  bool claims_left = true;
-
-  MLA_HOST_DEVICE TailPageStream(const TailPartPieceCursor& after_first, bool has_first,
-                                 const DecodePiece& first_piece, const Claim& claim_next = Claim())
-      : cursor(after_first), claim(claim_next) {
-    if (has_first) {
-      seq = first_piece.seq;
-      page = first_piece.page_begin;
-      page_end = first_piece.page_end;
-    }
-  }
-
-  MLA_HOST_DEVICE bool next(int* next_seq, int* next_page) {
-    if (page >= page_end) {
-      DecodePiece piece;
-      if (!cursor.next(&piece)) {
-        if (!claims_left) return false;
-        claims_left = cursor.first(claim(), &piece);  // a claimed part always has a piece
-        if (!claims_left) return false;
-      }
-      seq = piece.seq;
-      page = piece.page_begin;
-      page_end = piece.page_end;
-    }
-    *next_seq = seq;
-    *next_page = page++;
-    return true;
-  }
-};
-
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
                                            int max_pages_per_seq, int min_cost_per_part = 0);
 
 // A tail plan (above) for grid rows of `static_parts` CTAs: num_parts is
-// (1 + kDecodeTailPartsPerCta) · static_parts. The device's is launch_mla_decode_plan()'s when
-// decode_dynamic_tail_applies().
+// (1 + kDecodeTailPartsPerCta) · static_parts. Host only so far (no device builder, no kernel).
 std::vector<int32_t> make_decode_tail_plan_host(const int32_t* seqlens, int batch, int static_parts,
                                                 int max_pages_per_seq);
 
