@@ -57,32 +57,4 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
   return plan;
 }
 
-std::vector<int32_t> make_decode_tail_plan_host(const int32_t* seqlens, int batch, int static_parts,
-                                                int max_pages_per_seq) {
-  const int num_parts = (1 + kDecodeTailPartsPerCta) * static_parts;
-  std::vector<int32_t> plan(decode_plan_ints(batch, num_parts), 0);
-  int32_t* cost_begin = plan.data() + kDecodePlanHeaderInts;
-  int32_t* split_begin = cost_begin + batch + 1;
-  int32_t* part_first_seq = split_begin + batch + 1;
-  const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
-  const DecodeTailUnits units = decode_tail_units(cost_begin[batch], static_parts);
-  for (int seq = 0; seq < batch; ++seq)
-    split_begin[seq + 1] =
-        split_begin[seq] + tail_num_splits_of(cost_begin[seq], pages[seq], units);
-  for (int part = 0; part < num_parts; ++part)
-    part_first_seq[part] = first_seq_after(cost_begin, batch, tail_part_unit_begin(units, part));
-  DecodePartRecord* records =
-      write_header(plan, units.static_cost, split_begin[batch], batch, num_parts);
-  const DecodePlanView view{plan.data(), batch, num_parts};
-  for (int part = 0; part < num_parts; ++part) {
-    TailPartPieceCursor cursor =
-        TailPartPieceCursor::scanning(view, seqlens, max_pages_per_seq, units, part);
-    DecodePiece piece;
-    const bool has_work = cursor.next(&piece);
-    records[part] = part_record(has_work ? &piece : nullptr, tail_part_cost(units, part),
-                                tail_part_unit_begin(units, part));
-  }
-  return plan;
-}
-
 }  // namespace mla::kernels

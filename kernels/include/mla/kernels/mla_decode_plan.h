@@ -114,7 +114,7 @@ struct alignas(16) DecodePartRecord {
   int32_t split_index = 0;
   int32_t num_splits = 0;
   int32_t cost_per_part = 0;  // the plan's C, so the part's later pieces need no header load
-  int32_t reserved = 0;       // a tail plan: the part's first cost unit (TailPartPieceCursor)
+  int32_t reserved = 0;       // pads the record to 32 bytes
 };
 inline constexpr int kDecodePartRecordInts = 8;
 static_assert(sizeof(DecodePartRecord) == kDecodePartRecordInts * sizeof(int32_t));
@@ -161,35 +161,6 @@ struct DecodePiece {
   int num_splits = 0;   // pieces of this sequence; 1 means the piece writes the final output
 };
 
-// The next piece of the sequences from *seq on that overlaps the cost units [unit_begin,
-// unit_end), split index left for the caller; *seq moves past it, *first_unit is its sequence's
-// first page unit. The one scan both cursors share.
-MLA_HOST_DEVICE bool next_piece_in_units(const DecodePlanView& plan, const int32_t* seqlens,
-                                         int max_pages_per_seq, int unit_begin, int unit_end,
-                                         int* seq, DecodePiece* piece, int* first_unit) {
-  const int32_t* cost_begin = plan.cost_begin();
-  auto clamp_index = [](int value, int upper) {
-    return value < 0 ? 0 : value > upper ? upper : value;
-  };
-  for (; *seq < plan.batch && cost_begin[*seq] < unit_end; ++*seq) {
-    const int seqlen = clamp_seqlen(seqlens[*seq], max_pages_per_seq);
-    const int num_pages = num_pages_of(seqlen);
-    const int first = first_page_unit(cost_begin[*seq]);
-    const int begin = clamp_index(unit_begin - first, num_pages);
-    const int end = clamp_index(unit_end - first, num_pages);
-    if (begin >= end) continue;
-    piece->seq = *seq;
-    piece->seqlen = seqlen;
-    piece->page_begin = begin;
-    piece->page_end = end;
-    piece->num_splits = plan.num_splits(*seq);
-    *first_unit = first;
-    ++*seq;
-    return true;
-  }
-  return false;
-}
-
 // Walks the pieces of part `part` in order: first(), then next() until it returns false. Used by
 // the decode kernels and by the CPU tests. The first piece comes from the part's record (one
 // load); the later ones are found by scanning the cost prefix from the sequence after it.
@@ -223,7 +194,6 @@ class PartPieceCursor {
   }
 
   // The next piece, after first() (or from the start, for a scanning() cursor).
-  // (Its loop is next_piece_in_units()'s, written out: the kernels' code stays the code measured.)
   MLA_HOST_DEVICE bool next(DecodePiece* piece) {
     const int32_t* cost_begin = plan_.cost_begin();
     const int unit_begin = part_ * per_part_;
@@ -274,12 +244,10 @@ class PartPieceCursor {
   int seq_ = 0;       // the next sequence the scan looks at
 };
 
-// A part's record: its first piece (none: seq = -1), its C and `reserved`.
-MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part,
-                                             int reserved = 0) {
+// A part's record: its first piece (none: seq = -1) and its C.
+MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part) {
   DecodePartRecord record;
   record.cost_per_part = cost_per_part;
-  record.reserved = reserved;
   if (first_piece == nullptr) return record;
   record.seq = first_piece->seq;
   record.seqlen = first_piece->seqlen;
@@ -299,124 +267,6 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
   const bool has_work = cursor.next(&piece);
   return part_record(has_work ? &piece : nullptr, plan.cost_per_part());
 }
-
-// ---- The dynamic tail: a plan mode for the memory-bound rows, not yet run by any kernel ----
-// (docs/kernels/mla_decode.md, "What the fast kernel still has to change": CTAs with the same
-// pages finish 20–25 % apart, a different set each run.) A tail plan has G static parts, one per
-// CTA of a grid row, covering about 7/8 of the cost in shares of C1 units, then up to
-// kDecodeTailPartsPerCta · G tail parts of C2 units that the CTAs will claim from a counter as
-// they finish. Its num_parts is (1 + kDecodeTailPartsPerCta) · G; the tail parts past the cost
-// have no work (records with seq = -1). Header and records keep the one-tier layout: the header's
-// cost_per_part is C1, and each record holds its part's own C (C1 or C2) and, in `reserved`, the
-// part's first cost unit, which is all TailPartPieceCursor needs.
-inline constexpr int kDecodeTailPartsPerCta = 3;
-inline constexpr int kDecodeTailEighths = 1;  // the tail's share of the cost, in eighths
-
-struct DecodeTailUnits {
-  int static_parts = 1;  // G
-  int static_cost = 1;   // C1
-  int tail_cost = 1;     // C2
-};
-
-MLA_HOST_DEVICE DecodeTailUnits decode_tail_units(int total_cost, int static_parts) {
-  DecodeTailUnits units;
-  units.static_parts = static_parts > 0 ? static_parts : 1;
-  const int g = units.static_parts;
-  const int static_total = total_cost - total_cost * kDecodeTailEighths / 8;
-  units.static_cost = static_total / g > 1 ? static_total / g : 1;
-  const int rest = total_cost - g * units.static_cost;
-  const int tail_parts = kDecodeTailPartsPerCta * g;
-  const int tail_cost = rest > 0 ? (rest + tail_parts - 1) / tail_parts : 1;
-  units.tail_cost = tail_cost > 1 ? tail_cost : 1;
-  return units;
-}
-
-MLA_HOST_DEVICE int tail_part_unit_begin(const DecodeTailUnits& units, int part) {
-  const int g = units.static_parts;
-  return part < g ? part * units.static_cost : g * units.static_cost + (part - g) * units.tail_cost;
-}
-
-MLA_HOST_DEVICE int tail_part_cost(const DecodeTailUnits& units, int part) {
-  return part < units.static_parts ? units.static_cost : units.tail_cost;
-}
-
-// The part whose units contain `unit` (units past the last part fall in the last one).
-MLA_HOST_DEVICE int tail_part_of_unit(const DecodeTailUnits& units, int unit) {
-  const int g = units.static_parts;
-  const int static_end = g * units.static_cost;
-  const int last = (1 + kDecodeTailPartsPerCta) * g - 1;
-  const int part =
-      unit < static_end ? unit / units.static_cost : g + (unit - static_end) / units.tail_cost;
-  return part < last ? part : last;
-}
-
-// Number of pieces (parts touching it) of a sequence in a tail plan.
-MLA_HOST_DEVICE int tail_num_splits_of(int cost_begin, int num_pages,
-                                       const DecodeTailUnits& units) {
-  if (num_pages == 0) return 0;
-  const int first = first_page_unit(cost_begin);
-  return tail_part_of_unit(units, first + num_pages - 1) - tail_part_of_unit(units, first) + 1;
-}
-
-// Walks the pieces of one part of a tail plan, like PartPieceCursor, but with the part's unit
-// range from its record (a part's C is C1 or C2). A later piece of a part starts at its
-// sequence's first page (the sequence begins inside the part), so it is that sequence's first
-// piece: split index split_begin[seq], no division. scanning() (the plan builder's) takes the
-// units and computes every split index in general; the CPU tests check that both agree.
-class TailPartPieceCursor {
- public:
-  MLA_HOST_DEVICE TailPartPieceCursor(const DecodePlanView& plan, const int32_t* seqlens,
-                                      int max_pages_per_seq)
-      : plan_(plan), seqlens_(seqlens), max_pages_per_seq_(max_pages_per_seq) {}
-
-  MLA_HOST_DEVICE static TailPartPieceCursor scanning(const DecodePlanView& plan,
-                                                      const int32_t* seqlens, int max_pages_per_seq,
-                                                      const DecodeTailUnits& units, int part) {
-    TailPartPieceCursor cursor(plan, seqlens, max_pages_per_seq);
-    cursor.unit_begin_ = tail_part_unit_begin(units, part);
-    cursor.unit_end_ = cursor.unit_begin_ + tail_part_cost(units, part);
-    cursor.seq_ = plan.part_first_seq()[part];
-    cursor.units_ = units;
-    cursor.part_ = part;
-    cursor.general_ = true;
-    return cursor;
-  }
-
-  // The part's first piece, from its record; false if the part has no work.
-  MLA_HOST_DEVICE bool first(const DecodePartRecord& record, DecodePiece* piece) {
-    unit_begin_ = record.reserved;
-    unit_end_ = record.reserved + record.cost_per_part;
-    if (record.seq < 0) {
-      seq_ = plan_.batch;
-      return false;
-    }
-    seq_ = record.seq + 1;
-    *piece = {record.seq,      record.seqlen,      record.page_begin,
-              record.page_end, record.split_index, record.num_splits};
-    return true;
-  }
-
-  MLA_HOST_DEVICE bool next(DecodePiece* piece) {
-    int first = 0;
-    if (!next_piece_in_units(plan_, seqlens_, max_pages_per_seq_, unit_begin_, unit_end_, &seq_,
-                             piece, &first))
-      return false;
-    piece->split_index =
-        plan_.split_begin()[piece->seq] + (general_ ? part_ - tail_part_of_unit(units_, first) : 0);
-    return true;
-  }
-
- private:
-  DecodePlanView plan_;
-  const int32_t* seqlens_;
-  int max_pages_per_seq_;
-  int unit_begin_ = 0;
-  int unit_end_ = 0;
-  int seq_ = 0;
-  DecodeTailUnits units_;  // scanning() only
-  int part_ = 0;           // scanning() only
-  bool general_ = false;   // scanning(): split indices from the units
-};
 
 // The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
 // look-ahead for the decode kernels' page pipeline; the CPU tests check it against the pieces).
@@ -455,10 +305,5 @@ struct PartPageStream {
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
                                            int max_pages_per_seq, int min_cost_per_part = 0);
-
-// A tail plan (above) for grid rows of `static_parts` CTAs: num_parts is
-// (1 + kDecodeTailPartsPerCta) · static_parts. Host only so far (no device builder, no kernel).
-std::vector<int32_t> make_decode_tail_plan_host(const int32_t* seqlens, int batch, int static_parts,
-                                                int max_pages_per_seq);
 
 }  // namespace mla::kernels
