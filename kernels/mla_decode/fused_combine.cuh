@@ -1,9 +1,5 @@
 // kFast's fused combine: merging split-KV partials by log-sum-exp inside the split-KV kernel.
 //
-// kLastPiece (the kLastPiece combine, 16-row body): the same arrivals, but only the CTA whose
-// arrival completes a sequence's pieces merges it, all of its columns, after its own last piece;
-// nobody waits, so the grid need not be resident at once.
-//
 // Fused combine: every CTA that wrote a partial of a split sequence arrives on the sequence's
 // counter (sequence, kv head, row tile) in the workspace as soon as it has; after its part's last
 // piece it waits until all of the sequence's pieces have arrived, then merges its own share of the
@@ -126,16 +122,12 @@ __device__ __forceinline__ int* combine_counter(const DecodeKernelArgs& args, in
 // it): thread 0 arrives on the sequence's counter and records the piece in `pending` (shared
 // memory; read after the next __syncthreads()). The wait and the merge come after the part's last
 // piece (merge_pending_pieces), so no CTA waits while it still has pages to read.
-// kLastPiece (kFast's kLastPiece combine): the piece is recorded only if it arrived last (its
-// ticket completes the launch's n arrivals), and that CTA alone merges the whole sequence.
-template <bool kLastPiece = false>
 __device__ __forceinline__ void arrive_for_piece(const DecodeKernelArgs& args,
                                                  const DecodePiece& piece, PendingMerges& pending) {
   __syncthreads();  // every thread's partial stores come before thread 0's release fence
   if (threadIdx.x == 0) {
     __threadfence();
     const int ticket = atomicAdd(combine_counter(args, piece.seq), 1);
-    if (kLastPiece && (ticket + 1) % piece.num_splits != 0) return;
     const int i = pending.count;
     if (i >= 2) __trap();  // a part's split pieces are its first and its last: never three
     pending.seq[i] = piece.seq;
@@ -152,17 +144,15 @@ __device__ __forceinline__ void arrive_for_piece(const DecodeKernelArgs& args,
 // cp.async through L2, in chunks of pieces if they do not fit at once; then items (row, group) are
 // spread over teams of lanes as wide as the item count allows, each team striding over the pieces
 // with a running maximum.
-// (slices: how many shares the groups are dealt into; num_splits, or 1 for the whole merge.)
 template <int kRows>
 __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int seq, int split0,
                                             int num_splits, int slice, int kv_head, int tile_row0,
-                                            float* scratch, int scratch_floats, int slices) {
+                                            float* scratch, int scratch_floats) {
   if (slice >= kMergeGroups) return;  // more pieces than groups: this one has no share
   const int n = num_splits;
-  const int stride = slices;
   const int rows_total = args.shape.rows_per_kv_head;
   const int rows = min(kRows, rows_total - tile_row0);
-  const int groups = (kMergeGroups - 1 - slice) / stride + 1;
+  const int groups = (kMergeGroups - 1 - slice) / n + 1;
   const int items = rows * groups;
   int team = 32;
   while (team > 1 && team * items > kThreads) team /= 2;
@@ -189,7 +179,7 @@ __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int se
       const int k = t / rows;
       const float* src = args.partial_out +
                          (row_base + static_cast<int64_t>(c0 + k) * piece_stride + row) * kDimV +
-                         (slice + g * stride) * kMergeColumns + half * 4;
+                         (slice + g * n) * kMergeColumns + half * 4;
       ptx::cp_async_16(
           ptx::smem_address(part_s + ((k * rows + row) * groups + g) * kMergeColumns + half * 4),
           src, 16);
@@ -244,16 +234,14 @@ __device__ __forceinline__ void merge_share(const DecodeKernelArgs& args, int se
     }
     m.reduce_over_team(team);
     if (active && team_lane == 0)
-      write_merged_columns(args, seq, kv_head, tile_row0 + row,
-                           (slice + g * stride) * kMergeColumns, m);
+      write_merged_columns(args, seq, kv_head, tile_row0 + row, (slice + g * n) * kMergeColumns, m);
   }
 }
 
 // After the part's last piece (every thread calls it): for each split piece this CTA arrived for,
 // wait until all of its sequence's pieces have arrived, then merge this CTA's share. `scratch`:
-// shared memory no longer in use (the page stages), 16-byte aligned. kLastPiece: the pieces
-// recorded arrived last, so nothing is waited for, and the merge takes every column.
-template <int kRows, bool kLastPiece = false>
+// shared memory no longer in use (the page stages), 16-byte aligned.
+template <int kRows>
 __device__ __forceinline__ void merge_pending_pieces(const DecodeKernelArgs& args,
                                                      const DecodePlanView& plan,
                                                      const PendingMerges& pending, int kv_head,
@@ -265,21 +253,14 @@ __device__ __forceinline__ void merge_pending_pieces(const DecodeKernelArgs& arg
   for (int i = 0; i < count; ++i) {
     const int seq = pending.seq[i];
     if (threadIdx.x == 0) {
-      if constexpr (!kLastPiece) {
-        const int* counter = combine_counter(args, seq);
-        while (ptx::load_acquire_gpu(counter) < pending.target[i]) __nanosleep(32);
-      }
+      const int* counter = combine_counter(args, seq);
+      while (ptx::load_acquire_gpu(counter) < pending.target[i]) __nanosleep(32);
       __threadfence();  // acquire: the other pieces' partials before this CTA's reads
     }
     __syncthreads();
     const int split0 = plan.split_begin()[seq];
-    if constexpr (kLastPiece) {
-      merge_share<kRows>(args, seq, split0, pending.num_splits[i], 0, kv_head, tile_row0, scratch,
-                         scratch_floats, 1);
-    } else {
-      merge_share<kRows>(args, seq, split0, pending.num_splits[i], pending.split_index[i] - split0,
-                         kv_head, tile_row0, scratch, scratch_floats, pending.num_splits[i]);
-    }
+    merge_share<kRows>(args, seq, split0, pending.num_splits[i], pending.split_index[i] - split0,
+                       kv_head, tile_row0, scratch, scratch_floats);
     __syncthreads();  // the scratch is free again
   }
 }

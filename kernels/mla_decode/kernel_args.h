@@ -84,16 +84,11 @@ MLA_HOST_DEVICE int sliced_combine_slices(int64_t rows_in_batch, int num_sms) {
 void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,
                            cudaStream_t stream);
 
-// How a split-KV kernel merges split sequences itself (fused_combine.cuh): not at all (a combine
-// kernel follows), every piece's CTA its share after all have arrived (kFused), or the CTA whose
-// piece arrives last the whole sequence (kLastPiece, the 16-row body).
-enum class DecodeInKernelMerge { kNone, kWaitForPieces, kLastPiece };
-
 // Launchers of the split-KV kernel, one explicit instantiation per tile height
-// (instantiations/rows16.cu). kNone is kBaseline's kernel, unchanged.
+// (instantiations/rows16.cu). fused_combine: the kernel merges split sequences itself (kFast,
+// fused_combine.cuh) and no combine kernel follows; false is kBaseline's kernel, unchanged.
 template <int kRowsPerTile>
-void launch_splitkv_mma(const DecodeKernelArgs& args, DecodeInKernelMerge merge,
-                        cudaStream_t stream);
+void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream);
 // (args.timeline set: the instantiation that records its phases; otherwise the same code.)
 
 // Launcher of the wgmma split-KV kernel (64-row tiles; instantiations/wgmma.cu).

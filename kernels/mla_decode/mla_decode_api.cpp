@@ -172,8 +172,6 @@ const char* to_string(MlaDecodeCombine combine) {
       return "fused";
     case MlaDecodeCombine::kLaunched:
       return "launched";
-    case MlaDecodeCombine::kLastPiece:
-      return "last_piece";
   }
   return "unknown";
 }
@@ -189,18 +187,14 @@ bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_hea
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeCombine::kLaunched;
   if (params.combine != MlaDecodeCombine::kAuto) return params.combine;
-  static const MlaDecodeCombine from_environment = [] {
+  static const bool fused_by_environment = [] {
     const char* text = std::getenv("MLA_DECODE_COMBINE");
     const std::string value = text != nullptr ? text : "";
-    require(value.empty() || value == "auto" || value == "fused" || value == "launched" ||
-                value == "last_piece",
-            fmt::format("MLA_DECODE_COMBINE must be auto, fused, launched or last_piece, got '{}'",
-                        value));
-    return value == "fused"        ? MlaDecodeCombine::kFused
-           : value == "last_piece" ? MlaDecodeCombine::kLastPiece
-                                   : MlaDecodeCombine::kLaunched;
+    require(value.empty() || value == "auto" || value == "fused" || value == "launched",
+            fmt::format("MLA_DECODE_COMBINE must be auto, fused or launched, got '{}'", value));
+    return value == "fused";
   }();
-  return from_environment;
+  return fused_by_environment ? MlaDecodeCombine::kFused : MlaDecodeCombine::kLaunched;
 }
 
 const char* to_string(MlaDecodeSchedule schedule) {
@@ -411,10 +405,8 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
           fmt::format("combine kFused needs every CTA resident at once: the grid has {} CTAs "
                       "(num_sms {}), the device has {} SMs",
                       grid_ctas, params.num_sms, device.num_sms));
-  const MlaDecodeCombine combine = resolved_decode_combine(params);
-  const bool fused_combine = all_resident && combine == MlaDecodeCombine::kFused;
-  // kLastPiece: the 16-row body only (other shapes launch the combine).
-  const bool last_piece = combine == MlaDecodeCombine::kLastPiece && args.shape.rows_per_tile == 16;
+  const bool fused_combine =
+      all_resident && resolved_decode_combine(params) == MlaDecodeCombine::kFused;
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;
@@ -443,11 +435,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   if (args.query_by_tma) args.q_tensor_map = cuda::make_tensor_map_bf16(q_spec);
   mark_phase("split_kv", stream);
   if (args.shape.rows_per_tile == 16) {
-    decode::launch_splitkv_mma<16>(args,
-                                   fused_combine ? decode::DecodeInKernelMerge::kWaitForPieces
-                                   : last_piece  ? decode::DecodeInKernelMerge::kLastPiece
-                                                 : decode::DecodeInKernelMerge::kNone,
-                                   stream);
+    decode::launch_splitkv_mma<16>(args, fused_combine, stream);
   } else {
     // The plan's part count assumes the tile count of decode_launch_shape(); 64-row tiles match it.
     MLA_CHECK_EQ((args.shape.rows_per_kv_head + 63) / 64, args.shape.num_row_tiles);
@@ -470,7 +458,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
       }
     }
   }
-  if (!fused_combine && !last_piece) {
+  if (!fused_combine) {
     mark_phase("combine", stream);
     decode::launch_combine_kernel(args, launched_combine_kind(params, fast), stream);
   }

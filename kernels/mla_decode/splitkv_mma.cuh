@@ -78,12 +78,9 @@ inline constexpr int kMmaSmemBytes = int(sizeof(SharedStorage<kRowsPerTile>)) +
                                      (kTimeline ? 2 * kTimelineSlots * 8 : 0);
 static_assert(kMmaSmemBytes<16, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
 
-// kLastPiece (with kFusedCombine): the CTA that stores a split sequence's last-arriving piece
-// merges the whole sequence after its own pieces; nobody waits (fused_combine.cuh).
-template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false, bool kLastPiece = false>
+template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  static_assert(kFusedCombine || !kLastPiece);
   using Cfg = TileConfig<kRowsPerTile>;
   constexpr int kMS = Cfg::kMTilesS;
   constexpr int kNS = Cfg::kNTilesS;
@@ -413,15 +410,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     stamp<kTimeline>(stamps, kTimelineStored);
     if constexpr (kFusedCombine) {
-      if (!final_output) arrive_for_piece<kLastPiece>(args, piece, smem.pending);
+      if (!final_output) arrive_for_piece(args, piece, smem.pending);
     }
   }
   if constexpr (kFusedCombine) {
     // The page stages are free now: the merge stages the partials there.
     static_assert((sizeof(smem.kv)) / sizeof(float) >= kMergeShareMinScratchFloats);
-    merge_pending_pieces<kRowsPerTile, kLastPiece>(args, plan, smem.pending, kv_head, tile_row0,
-                                                   reinterpret_cast<float*>(smem.kv),
-                                                   int(sizeof(smem.kv) / sizeof(float)));
+    merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, kv_head, tile_row0,
+                                       reinterpret_cast<float*>(smem.kv),
+                                       int(sizeof(smem.kv) / sizeof(float)));
     write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
   }
   stamp<kTimeline>(stamps, kTimelineExit);
@@ -429,17 +426,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kRowsPerTile>
-void launch_splitkv_mma(const DecodeKernelArgs& args, DecodeInKernelMerge merge,
-                        cudaStream_t stream) {
-  const bool fused_combine = merge == DecodeInKernelMerge::kWaitForPieces;
-  const bool last_piece = merge == DecodeInKernelMerge::kLastPiece;
+void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
   const int smem_bytes = args.timeline != nullptr ? kMmaSmemBytes<kRowsPerTile, true>
                                                   : kMmaSmemBytes<kRowsPerTile, false>;
-  auto* kernel = last_piece
-                     ? (args.timeline != nullptr
-                            ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true, true>
-                            : &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, false, true>)
-                 : args.timeline != nullptr
+  auto* kernel = args.timeline != nullptr
                      ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
                                       : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
                  : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
@@ -453,7 +443,6 @@ void launch_splitkv_mma(const DecodeKernelArgs& args, DecodeInKernelMerge merge,
   launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), size_t(smem_bytes), stream,
                         args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_mma (fused combine)"
-                   : last_piece  ? "mla_decode_splitkv_mma (last piece merges)"
                                  : "mla_decode_splitkv_mma");
 }
 

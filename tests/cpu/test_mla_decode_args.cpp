@@ -177,7 +177,6 @@ TEST(MlaDecodeArgs, ResolvedCombine) {
   p.combine = MlaDecodeCombine::kLaunched;
   EXPECT_EQ(resolved_decode_combine(p), MlaDecodeCombine::kLaunched);
   EXPECT_STREQ(to_string(MlaDecodeCombine::kFused), "fused");
-  EXPECT_STREQ(to_string(MlaDecodeCombine::kLastPiece), "last_piece");
 }
 
 TEST(MlaDecodeArgs, ResolvedSchedule) {

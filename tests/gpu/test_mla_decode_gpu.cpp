@@ -137,10 +137,9 @@ std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
 class MlaDecodeGpu : public ::testing::TestWithParam<KernelChoice> {};
 
 // kFast with kAuto: each of the seesaw's three orders (kAuto picks one by the batch); any other
-// choice (and kLastPiece, which the seesaw does not run) as it is.
+// choice as it is.
 std::vector<KernelChoice> with_every_seesaw_order(const KernelChoice& choice) {
-  if (choice.kernel != MlaDecodeKernel::kFast || choice.schedule != MlaDecodeSchedule::kAuto ||
-      choice.combine == MlaDecodeCombine::kLastPiece)  // the 16-row body's; launched above
+  if (choice.kernel != MlaDecodeKernel::kFast || choice.schedule != MlaDecodeSchedule::kAuto)
     return {choice};
   std::vector<KernelChoice> choices = {choice, choice, choice};
   choices[0].schedule = MlaDecodeSchedule::kSeesawSFirst;
@@ -637,7 +636,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(KernelChoice{MlaDecodeKernel::kBaseline, MlaDecodeCombine::kAuto},
                       KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused},
                       KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched},
-                      KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kLastPiece},
                       KernelChoice{MlaDecodeKernel::kFast, MlaDecodeCombine::kFused,
                                    MlaDecodeSchedule::kLockstep}),
     [](const auto& info) { return name_of(info.param); });

@@ -54,12 +54,9 @@ const char* to_string(MlaDecodeKernel kernel);
 // 26.9–29.1 at 32768; b = 8, h_q = 16, s_k = 4096: 28.3–31.4 vs 31.1–34.8; b = 32, s_q = 2,
 // h_q = 128: 156.1 vs 148.7; b = 128, varlen h_q = 64: 215.6 vs 200.4. The full sweep with kFused
 // for small batches lost to the baseline's combine on most b = 1 and b = 8 rows with h_q ≥ 32.
-// kLastPiece: inside the split-KV kernel too, but only the CTA whose piece of a sequence arrives
-// last merges it (all of its columns, after its own pieces), and nobody waits, so the grid need
-// not be resident at once; no combine kernel follows. For the 16-row body (at most 16 query rows
-// per kv head); other shapes launch the combine. The environment variable MLA_DECODE_COMBINE
-// (auto, fused, launched, last_piece) overrides kAuto for measuring.
-enum class MlaDecodeCombine { kAuto, kFused, kLaunched, kLastPiece };
+// The environment variable MLA_DECODE_COMBINE (auto, fused, launched) overrides kAuto for
+// measuring.
+enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
 // Small batch (kFast's launched combine is then the sliced kernel): sequences split at least this
 // many ways (num_parts ≥ this · b) and the batch has at most kSmallBatchMaxRows query rows
