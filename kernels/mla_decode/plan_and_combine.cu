@@ -26,7 +26,6 @@ struct PlanKernelArgs {
   int num_parts;
   int max_pages_per_seq;
   int min_cost_per_part;
-  int slack_percent;  // cost_per_part()'s
 };
 
 __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
@@ -69,8 +68,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
   }
   const int total_cost = carry;
-  const int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part,
-                                     max_seq_cost, args.slack_percent);
+  const int per_part =
+      cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
   __syncthreads();
 
   // Pass 2: exclusive prefix of splits per sequence.
@@ -345,8 +344,7 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       params.batch,
                       shape.num_parts,
                       params.max_pages_per_seq,
-                      min_cost_per_part,
-                      decode_no_split_slack_percent(shape)};
+                      min_cost_per_part};
   mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }

@@ -37,8 +37,7 @@ DecodePartRecord* write_header(std::vector<int32_t>& plan, int cost_per_part, in
 }  // namespace
 
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
-                                           int max_pages_per_seq, int min_cost_per_part,
-                                           int slack_percent) {
+                                           int max_pages_per_seq, int min_cost_per_part) {
   std::vector<int32_t> plan(decode_plan_ints(batch, num_parts), 0);
   int32_t* cost_begin = plan.data() + kDecodePlanHeaderInts;
   int32_t* split_begin = cost_begin + batch + 1;
@@ -46,8 +45,7 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
   const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
   int max_seq_cost = 0;
   for (int seq = 0; seq < batch; ++seq) max_seq_cost = std::max(max_seq_cost, seq_cost(pages[seq]));
-  const int per_part =
-      cost_per_part(cost_begin[batch], num_parts, min_cost_per_part, max_seq_cost, slack_percent);
+  const int per_part = cost_per_part(cost_begin[batch], num_parts, min_cost_per_part, max_seq_cost);
   for (int seq = 0; seq < batch; ++seq)
     split_begin[seq + 1] = split_begin[seq] + num_splits_of(cost_begin[seq], pages[seq], per_part);
   for (int part = 0; part < num_parts; ++part)

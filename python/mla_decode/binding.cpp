@@ -246,14 +246,13 @@ py::dict metadata_layout_dict(int batch, int seqlen_q, int num_heads_q, int num_
   result["num_splits_offset"] = layout.num_splits_offset;
   result["num_parts"] = layout.num_parts;
   result["max_splits"] = layout.max_splits;
-  result["slack_percent"] = layout.slack_percent;
   return result;
 }
 
 std::vector<int32_t> plan_host(const std::vector<int32_t>& seqlens, int num_parts,
-                               int max_pages_per_seq, int slack_percent) {
+                               int max_pages_per_seq) {
   return kernels::make_decode_plan_host(seqlens.data(), static_cast<int>(seqlens.size()), num_parts,
-                                        max_pages_per_seq, 0, slack_percent);
+                                        max_pages_per_seq);
 }
 
 }  // namespace
@@ -277,6 +276,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("num_heads_q"), py::arg("num_heads_kv"), py::arg("num_sms"),
         "Sizes and offsets inside the metadata tensor for a shape (no GPU needed).");
   m.def("plan_host", &plan_host, py::arg("seqlens"), py::arg("num_parts"),
-        py::arg("max_pages_per_seq"), py::arg("slack_percent") = 0,
+        py::arg("max_pages_per_seq"),
         "The plan computed on the host: word for word what make_metadata writes (for tests).");
 }

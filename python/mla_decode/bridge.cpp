@@ -49,11 +49,9 @@ MetadataLayout metadata_layout(int batch, int seqlen_q, int num_heads_q, int num
   // The plan sits at the workspace's start: header, cost_begin[b + 1], split_begin[b + 1], ...
   result.num_splits_offset = static_cast<int64_t>(layout.plan_offset / sizeof(int32_t)) +
                              kernels::kDecodePlanHeaderInts + batch + 1;
-  const kernels::DecodeLaunchShape shape =
-      kernels::decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
-  result.num_parts = shape.num_parts;
+  result.num_parts =
+      kernels::decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms).num_parts;
   result.max_splits = layout.max_splits;
-  result.slack_percent = kernels::decode_no_split_slack_percent(shape);
   return result;
 }
 

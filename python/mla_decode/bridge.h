@@ -24,7 +24,6 @@ struct MetadataLayout {
   int64_t num_splits_offset = 0;  // where the plan's split_begin[b + 1] starts, in int32
   int num_parts = 0;              // split-KV partitions per kv head and row tile
   int max_splits = 0;             // batch + num_parts
-  int slack_percent = 0;          // the plan's (kernels::decode_no_split_slack_percent)
 };
 MetadataLayout metadata_layout(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
                                int num_sms);

@@ -39,10 +39,10 @@ struct PlanCheck {
 };
 
 PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max_pages_per_seq,
-                     int min_cost_per_part = 0, int slack_percent = 0) {
+                     int min_cost_per_part = 0) {
   const int batch = static_cast<int>(seqlens.size());
-  const std::vector<int32_t> data = make_decode_plan_host(
-      seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part, slack_percent);
+  const std::vector<int32_t> data =
+      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part);
   EXPECT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
   const DecodePlanView plan{data.data(), batch, num_parts};
   EXPECT_EQ(data[2], batch);
@@ -128,13 +128,11 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
   // Balance: no part costs more than its share plus one fixed overhead, and the share is the
   // balanced one or a whole multiple of the costliest sequence at most the slack above it.
-  const int share =
-      cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost, slack_percent);
+  const int share = cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost);
   const int balanced = std::max({(total_cost + num_parts - 1) / num_parts, min_cost_per_part, 1});
-  const int slack = std::max(kDecodeNoSplitSlackPages, balanced * slack_percent / 100);
   EXPECT_EQ(plan.cost_per_part(), share);
-  EXPECT_TRUE(share == balanced ||
-              (share % max_seq_cost == 0 && share > balanced && share <= balanced + slack))
+  EXPECT_TRUE(share == balanced || (share % max_seq_cost == 0 && share > balanced &&
+                                    share <= balanced + kDecodeNoSplitSlackPages))
       << "share " << share << ", balanced " << balanced << ", costliest sequence " << max_seq_cost;
   EXPECT_GE(share, std::max(min_cost_per_part, 1));
   EXPECT_LE(result.max_part_cost, share + kDecodeFixedCostPages);
@@ -155,31 +153,23 @@ TEST(DecodePlan, UniformBatchSplitsEvenly) {
 }
 
 // Equal lengths whose balanced share is just below a whole number of sequences per part: whole
-// sequences, no splits (nothing for the combine to merge); far below it: the balanced share. With
-// the 64-row bodies' slack (4 % of the balanced share), b = 128 at 32k is whole too.
+// sequences, no splits (nothing for the combine to merge); far below it: the balanced share.
 TEST(DecodePlan, EqualLengthsNearTheSmCountAreNotSplit) {
   struct Case {
     int batch, seqlen, num_parts, expected_share;
     bool whole;
-    int slack_percent = 0;
   };
   const int f = kDecodeFixedCostPages;
-  const int wide = kDecodeWideTileNoSplitSlackPercent;
   for (const Case& c :
        {Case{128, 4096, 132, 64 + f, true}, Case{128, 2048, 132, 32 + f, true},
         Case{256, 2048, 132, 2 * (32 + f), true}, Case{132, 4096, 132, 64 + f, true},
         Case{128, 32768, 132, (128 * (512 + f) + 131) / 132, false},
-        Case{64, 4096, 132, (64 * (64 + f) + 131) / 132, false},
-        Case{128, 32768, 132, 512 + f, true, wide}, Case{128, 32768, 66, 2 * (512 + f), true, wide},
-        Case{128, 16384, 132, 256 + f, true, wide},
-        Case{64, 32768, 132, (64 * (512 + f) + 131) / 132, false, wide},
-        Case{120, 32768, 132, (120 * (512 + f) + 131) / 132, false, wide}}) {
-    SCOPED_TRACE(testing::Message() << "batch " << c.batch << ", seqlen " << c.seqlen << ", parts "
-                                    << c.num_parts << ", slack " << c.slack_percent << " %");
+        Case{64, 4096, 132, (64 * (64 + f) + 131) / 132, false}}) {
+    SCOPED_TRACE(testing::Message() << "batch " << c.batch << ", seqlen " << c.seqlen);
     const std::vector<int32_t> seqlens(c.batch, c.seqlen);
-    const PlanCheck check = check_plan(seqlens, c.num_parts, 1024, 0, c.slack_percent);
+    const PlanCheck check = check_plan(seqlens, c.num_parts, 1024);
     const std::vector<int32_t> data =
-        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024, 0, c.slack_percent);
+        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024);
     EXPECT_EQ(DecodePlanView(data.data(), c.batch, c.num_parts).cost_per_part(), c.expected_share);
     if (c.whole)
       EXPECT_EQ(check.total_pieces, c.batch);
@@ -221,11 +211,7 @@ TEST(DecodePlan, RandomRaggedBatches) {
     const int num_parts = std::uniform_int_distribution<int>(1, 140)(rng);
     std::vector<int32_t> seqlens(batch);
     for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
-    // Every other trial with the 64-row bodies' slack; every fourth with equal lengths (the
-    // whole-sequence rule's case).
-    if (trial % 4 == 3) std::fill(seqlens.begin(), seqlens.end(), max_len);
-    check_plan(seqlens, num_parts, (max_len + 63) / 64, 0,
-               trial % 2 == 1 ? kDecodeWideTileNoSplitSlackPercent : 0);
+    check_plan(seqlens, num_parts, (max_len + 63) / 64);
   }
 }
 

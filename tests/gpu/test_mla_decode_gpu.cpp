@@ -411,9 +411,9 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         params.workspace_bytes = bytes;
         params.min_cost_per_part = min_cost;
         kernels::launch_mla_decode_plan(params, nullptr);
-        const std::vector<int32_t> want = kernels::make_decode_plan_host(
-            seqlens.data(), batch, shape.num_parts, max_pages,
-            kernels::plan_min_cost_per_part(params), kernels::decode_no_split_slack_percent(shape));
+        const std::vector<int32_t> want =
+            kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
+                                           kernels::plan_min_cost_per_part(params));
         std::vector<int32_t> got(want.size());
         MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost));

@@ -27,9 +27,6 @@ inline constexpr int kHeadDimQK = 576;              // kv_lora_rank 512 + qk_rop
 inline constexpr int kHeadDimV = 512;               // kv_lora_rank
 inline constexpr int kDecodeFixedCostPages = 5;     // per-piece overhead, in pages of work
 inline constexpr int kDecodeNoSplitSlackPages = 4;  // cost_per_part: a whole-sequence share's limit
-// ... or this many percent of the balanced share for the 64-row bodies
-// (decode_no_split_slack_percent)
-inline constexpr int kDecodeWideTileNoSplitSlackPercent = 4;
 inline constexpr int kDecodePlanHeaderInts = 4;  // [cost_per_part, total_splits, batch, num_parts]
 
 // The grid of the decode kernel, a function of the shape alone.
@@ -82,29 +79,15 @@ MLA_HOST_DEVICE int balanced_cost_per_part(int total_cost, int num_parts,
 }
 
 // C: the balanced share, or the smallest multiple of the costliest sequence's cost at or above it
-// when that is at most kDecodeNoSplitSlackPages more, or at most slack_percent % of the balanced
-// share more if that is larger. With equal lengths that multiple puts whole sequences in every
-// part, so nothing splits and the combine has nothing to merge (b = 128 at 4k on 132 SMs: C = 69
-// instead of 67; with 4 %, at 32k: 517 instead of 501); a part still costs at most
-// C + kDecodeFixedCostPages.
+// when that is at most kDecodeNoSplitSlackPages more. With equal lengths that multiple puts whole
+// sequences in every part, so nothing splits and the combine has nothing to merge (b = 128 at
+// 4k on 132 SMs: C = 69 instead of 67); a part still costs at most C + kDecodeFixedCostPages.
 MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts, int min_cost_per_part = 0,
-                                  int max_seq_cost = 0, int slack_percent = 0) {
+                                  int max_seq_cost = 0) {
   const int balanced = balanced_cost_per_part(total_cost, num_parts, min_cost_per_part);
   if (max_seq_cost <= 0) return balanced;
-  const int64_t whole = (int64_t(balanced) + max_seq_cost - 1) / max_seq_cost * max_seq_cost;
-  const int64_t by_percent = int64_t(balanced) * slack_percent / 100;
-  const int64_t slack =
-      by_percent > kDecodeNoSplitSlackPages ? by_percent : kDecodeNoSplitSlackPages;
-  return whole <= balanced + slack ? static_cast<int>(whole) : balanced;
-}
-
-// The plan's slack_percent for a launch shape: the 64-row bodies (more than 16 rows per kv head)
-// pay more for a second piece (a 64-row query tile and epilogue) and for the combine, so they take
-// whole sequences up to kDecodeWideTileNoSplitSlackPercent above the balanced share (measured on
-// the H200, seventeenth session: b = 128 at 32k, h_q = 32 / 64, 1.8-3.5 % faster); the 16-row
-// body keeps kDecodeNoSplitSlackPages (at 32k it was 0.6 % slower with whole sequences).
-MLA_HOST_DEVICE int decode_no_split_slack_percent(const DecodeLaunchShape& shape) {
-  return shape.rows_per_tile > 16 ? kDecodeWideTileNoSplitSlackPercent : 0;
+  const int whole = (balanced + max_seq_cost - 1) / max_seq_cost * max_seq_cost;
+  return whole <= balanced + kDecodeNoSplitSlackPages ? whole : balanced;
 }
 
 // Cost unit of page 0 of a sequence that starts at cost_begin.
@@ -321,7 +304,6 @@ struct PartPageStream {
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
-                                           int max_pages_per_seq, int min_cost_per_part = 0,
-                                           int slack_percent = 0);
+                                           int max_pages_per_seq, int min_cost_per_part = 0);
 
 }  // namespace mla::kernels
