@@ -34,9 +34,14 @@ double elapsed_us(uint64_t a, uint64_t b) {
   return double(int64_t(b - a)) * 1e-3;
 }
 
+// CTAs in a timeline: per CTA 2 · kSlots stamps, then per CTA the SM it ran on.
+size_t cta_count(const std::vector<uint64_t>& words) {
+  return words.size() / (2 * kSlots + 1);
+}
+
 // Per CTA with work, its "pages computed" stamp in µs after `start` (0 for a CTA without work).
 std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t start) {
-  const size_t ctas = words.size() / (2 * kSlots);
+  const size_t ctas = cta_count(words);
   std::vector<double> times(ctas, 0.0);
   for (size_t cta = 0; cta < ctas; ++cta) {
     const uint64_t* ns = words.data() + cta * 2 * kSlots;
@@ -44,6 +49,31 @@ std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t st
       times[cta] = elapsed_us(start, ns[kPagesDoneSlot]);
   }
   return times;
+}
+
+// The same finish times keyed by the SM each CTA ran on (the latest CTA's, where several shared
+// one), over SM ids 0 .. num_sm_ids - 1.
+std::vector<double> finish_times_by_sm(const std::vector<uint64_t>& words,
+                                       const std::vector<double>& by_cta, size_t num_sm_ids) {
+  const size_t ctas = cta_count(words);
+  std::vector<double> times(num_sm_ids, 0.0);
+  for (size_t cta = 0; cta < ctas; ++cta) {
+    const uint64_t sm = words[ctas * 2 * kSlots + cta];
+    if (sm < num_sm_ids && by_cta[cta] != 0) times[sm] = std::max(times[sm], by_cta[cta]);
+  }
+  return times;
+}
+
+// Each entry's mean over the runs where it is non-zero (0 where it never is).
+std::vector<double> means_over_runs(const std::vector<std::vector<double>>& runs) {
+  std::vector<double> means(runs.front().size(), 0.0);
+  for (size_t i = 0; i < means.size(); ++i) {
+    double sum = 0, count = 0;
+    for (const std::vector<double>& run : runs)
+      if (run[i] != 0) sum += run[i], count += 1;
+    if (count > 0) means[i] = sum / count;
+  }
+  return means;
 }
 
 // Pearson correlation of a and b over the entries where both are non-zero; NaN with fewer than
@@ -82,7 +112,7 @@ double spread(const std::vector<double>& values) {
 DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start, uint64_t end,
                              int sm_clock_khz) {
   DecodeTimeline run;
-  run.ctas = static_cast<int>(words.size() / (2 * kSlots));
+  run.ctas = static_cast<int>(cta_count(words));
   run.op_end_us = elapsed_us(start, end);
   const double cycles_per_us = sm_clock_khz * 1e-3;
   for (int slot = 0; slot < kSlots; ++slot) {
@@ -115,7 +145,9 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words)), stamps(2);
   L2Flush flush;
   std::vector<DecodeTimeline> per_run;
-  std::vector<std::vector<double>> finishes;  // per run, per CTA
+  std::vector<std::vector<double>> finishes;        // per run, per CTA
+  std::vector<std::vector<double>> finishes_by_sm;  // per run, per SM id
+  const size_t num_sm_ids = static_cast<size_t>(std::max(params.num_sms, 1)) * 2;
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
     flush.enqueue(stream, size_t(run));
@@ -126,6 +158,7 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
     const std::vector<uint64_t> bracket = stamps.to_host(stream);
     per_run.push_back(summarize_run(host, bracket[0], bracket[1], sm_clock_khz));
     finishes.push_back(finish_times(host, bracket[0]));
+    finishes_by_sm.push_back(finish_times_by_sm(host, finishes.back(), num_sm_ids));
   }
   // Median over runs, number by number.
   DecodeTimeline result = per_run.front();
@@ -137,27 +170,23 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
           median_of([&](const DecodeTimeline& t) { return t.reached_us[slot][k]; });
     result.phase_us[slot] = median_of([&](const DecodeTimeline& t) { return t.phase_us[slot]; });
   }
-  std::vector<double> correlations, spreads;
+  std::vector<double> correlations, correlations_by_sm, spreads;
   for (size_t run = 0; run < finishes.size(); ++run) {
     if (run > 0) {
       const double c = correlation(finishes[run - 1], finishes[run]);
       if (!std::isnan(c)) correlations.push_back(c);
+      const double by_sm = correlation(finishes_by_sm[run - 1], finishes_by_sm[run]);
+      if (!std::isnan(by_sm)) correlations_by_sm.push_back(by_sm);
     }
     spreads.push_back(spread(finishes[run]));
   }
-  // Each CTA's mean over the runs that stamped it.
-  std::vector<double> means(finishes.front().size(), 0.0);
-  for (size_t cta = 0; cta < means.size(); ++cta) {
-    double sum = 0, count = 0;
-    for (const std::vector<double>& run : finishes)
-      if (run[cta] != 0) sum += run[cta], count += 1;
-    if (count > 0) means[cta] = sum / count;
-  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   result.finish_runs = int(finishes.size());
-  result.finish_correlation =
-      correlations.empty() ? std::numeric_limits<double>::quiet_NaN() : median(correlations);
-  result.finish_spread_of_means_us = spread(means);
+  result.finish_correlation = correlations.empty() ? nan : median(correlations);
+  result.finish_spread_of_means_us = spread(means_over_runs(finishes));
   result.finish_spread_us = median(spreads);
+  result.finish_correlation_by_sm = correlations_by_sm.empty() ? nan : median(correlations_by_sm);
+  result.finish_spread_of_sm_means_us = spread(means_over_runs(finishes_by_sm));
   return result;
 }
 
@@ -180,6 +209,10 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
       "per-CTA means\n",
       timeline.finish_runs, timeline.finish_correlation, timeline.finish_spread_us,
       timeline.finish_spread_of_means_us);
+  text += fmt::format(
+      "  the same by the SM each CTA ran on: correlation {:.2f}, spread of the per-SM means "
+      "{:.2f} µs\n",
+      timeline.finish_correlation_by_sm, timeline.finish_spread_of_sm_means_us);
   return text;
 }
 

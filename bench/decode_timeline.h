@@ -33,6 +33,10 @@ struct DecodeTimeline {
   double finish_correlation = 0;
   double finish_spread_of_means_us = 0;
   double finish_spread_us = 0;
+  // The same keyed by the SM each CTA ran on (%smid, recorded by the kernel): whether slowness
+  // follows the SM rather than the CTA's work.
+  double finish_correlation_by_sm = 0;
+  double finish_spread_of_sm_means_us = 0;
 };
 
 // params: a planned decode (launch_mla_decode_plan already run on `stream`).

@@ -53,6 +53,13 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return ns;
 }
 
+// The SM this thread runs on (%smid; for diagnostics).
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(id));
+  return id;
+}
+
 // A 32-bit load with acquire semantics at GPU scope (a flag another CTA releases).
 __device__ __forceinline__ int load_acquire_gpu(const int* address) {
   int value;

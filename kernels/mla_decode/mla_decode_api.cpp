@@ -474,7 +474,7 @@ int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
   return decode_grid_ctas(decode_launch_shape(params.seqlen_q, params.num_heads_q,
                                               params.num_heads_kv, params.num_sms),
                           params.num_heads_kv) *
-         2 * kDecodeTimelineSlots;
+         (2 * kDecodeTimelineSlots + 1);
 }
 
 namespace {

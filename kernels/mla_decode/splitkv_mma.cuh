@@ -67,9 +67,12 @@ template <bool kTimeline>
 __device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const uint64_t* stamps) {
   if constexpr (kTimeline) {
     if (threadIdx.x != 0) return;
-    uint64_t* cta = args.timeline +
-                    (static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTimelineSlots;
+    const size_t index = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    uint64_t* cta = args.timeline + index * 2 * kTimelineSlots;
     for (int i = 0; i < 2 * kTimelineSlots; ++i) cta[i] = stamps[i];
+    // After every CTA's stamps: the SM each CTA ran on.
+    const size_t ctas = static_cast<size_t>(gridDim.x) * gridDim.y;
+    args.timeline[ctas * 2 * kTimelineSlots + index] = ptx::sm_id();
   }
 }
 // Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps.

@@ -170,6 +170,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   stamp(kTimelineEntry, true);
+  if constexpr (kTimeline) {  // after every CTA's stamps: the SM each CTA ran on
+    const size_t ctas = size_t(gridDim.x) * gridDim.y;
+    ptx::st_global_u64_if(tid == 0,
+                          args.timeline + ctas * 2 * kTimelineSlots +
+                              size_t(tile_index) * args.shape.num_parts + part,
+                          ptx::sm_id());
+  }
   // Warpgroup 0 or 1, through a shuffle so that ptxas knows it is warp-uniform: the wgmmas sit in
   // branches on it, and in branches it cannot prove uniform ptxas serializes them.
   const int group = __shfl_sync(0xffffffffu, tid / kSeesawGroupThreads, 0);

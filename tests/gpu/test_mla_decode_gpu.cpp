@@ -580,7 +580,17 @@ void check_timeline(int heads, const KernelChoice& choice, const std::string& la
   const std::vector<uint64_t> stamps = timeline.to_host();
   constexpr int kSlots = kernels::kDecodeTimelineSlots;
   int with_work = 0;
-  for (int64_t cta = 0; cta < words / (2 * kSlots); ++cta) {
+  const int64_t ctas = words / (2 * kSlots + 1);
+  ASSERT_EQ(ctas * (2 * kSlots + 1), words) << label;
+  // After the stamps, the SM of each CTA: an SM id (%smid need not be contiguous, so the bound
+  // is loose), and not one SM for the whole grid.
+  const uint64_t* sm_of_cta = stamps.data() + ctas * 2 * kSlots;
+  for (int64_t cta = 0; cta < ctas; ++cta)
+    EXPECT_LT(sm_of_cta[cta], uint64_t(2 * num_sms())) << label << ": CTA " << cta << "'s SM id";
+  EXPECT_NE(*std::min_element(sm_of_cta, sm_of_cta + ctas),
+            *std::max_element(sm_of_cta, sm_of_cta + ctas))
+      << label << ": every CTA reports the same SM";
+  for (int64_t cta = 0; cta < ctas; ++cta) {
     for (int clock = 0; clock < 2; ++clock) {
       const uint64_t* t = stamps.data() + (cta * 2 + clock) * kSlots;
       ASSERT_NE(t[0], 0u) << label << ": CTA " << cta << " never stamped its entry";

@@ -178,13 +178,14 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 // seesaw's pairs or P·V-first order with the launched combine (decode_timeline_applies();
 // otherwise mla::Error). `timeline` (device memory, zeroed by the caller) receives, per CTA of the
 // split-KV grid (blockIdx.y · gridDim.x + blockIdx.x), kDecodeTimelineSlots %globaltimer values
-// (ns) then as many clock64 values (cycles of its SM); a slot a CTA never reaches stays 0. Phases,
+// (ns) then as many clock64 values (cycles of its SM), and after all CTAs' stamps one word per CTA
+// in the same order, the SM it ran on (%smid); a slot a CTA never reaches stays 0. Phases,
 // in order: entry, first piece known, the first piece's queries loaded, its first page landed (the
 // seesaw's pairs order: the first page's half that warpgroup 0's S reads first), the last piece's
 // pages computed, its output stored, exit. It runs a separate instantiation of the same body (the
 // production kernels are unchanged); the combine kernels record nothing.
 inline constexpr int kDecodeTimelineSlots = 7;
-int64_t mla_decode_timeline_words(const MlaDecodeParams& params);  // split-KV CTAs · 2 · slots
+int64_t mla_decode_timeline_words(const MlaDecodeParams& params);  // CTAs · (2 · slots + 1)
 bool decode_timeline_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
                                      cudaStream_t stream);
