@@ -57,4 +57,62 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
   return plan;
 }
 
+std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int batch,
+                                                    const int32_t* weights, int num_parts,
+                                                    int max_pages_per_seq) {
+  std::vector<int32_t> plan(decode_plan_ints(batch, num_parts), 0);
+  int32_t* cost_begin = plan.data() + kDecodePlanHeaderInts;
+  int32_t* split_begin = cost_begin + batch + 1;
+  int32_t* part_first_seq = split_begin + batch + 1;
+  const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
+  const int total_cost = cost_begin[batch];
+  int64_t weight_total = 0;
+  for (int part = 0; part < num_parts; ++part) weight_total += std::max(weights[part], 0);
+  // The parts' first units, then one past the last part.
+  std::vector<int32_t> unit_begin(num_parts + 1);
+  int64_t weight_prefix = 0;
+  int largest = 0;
+  for (int part = 0; part <= num_parts; ++part) {
+    unit_begin[part] = part == num_parts
+                           ? total_cost
+                           : weighted_unit_begin(total_cost, weight_prefix, weight_total);
+    if (part > 0) largest = std::max(largest, unit_begin[part] - unit_begin[part - 1]);
+    if (part < num_parts) weight_prefix += std::max(weights[part], 0);
+  }
+  // Parts of no units (a weight of 0, or rounding) hold no piece: a sequence's pieces are counted,
+  // and its split indices numbered, over the parts with units only.
+  std::vector<int> units_parts_before(num_parts + 1, 0);
+  for (int part = 0; part < num_parts; ++part)
+    units_parts_before[part + 1] =
+        units_parts_before[part] + (unit_begin[part + 1] > unit_begin[part] ? 1 : 0);
+  auto rank_of_unit = [&](int unit) {
+    return units_parts_before[weighted_part_of_unit(unit_begin.data(), num_parts, unit)];
+  };
+  for (int seq = 0; seq < batch; ++seq) {
+    int splits = 0;
+    if (pages[seq] > 0) {
+      const int first = first_page_unit(cost_begin[seq]);
+      splits = rank_of_unit(first + pages[seq] - 1) - rank_of_unit(first) + 1;
+    }
+    split_begin[seq + 1] = split_begin[seq] + splits;
+  }
+  for (int part = 0; part < num_parts; ++part)
+    part_first_seq[part] = first_seq_after(cost_begin, batch, unit_begin[part]);
+  DecodePartRecord* records = write_header(plan, largest, split_begin[batch], batch, num_parts);
+  const DecodePlanView view{plan.data(), batch, num_parts};
+  for (int part = 0; part < num_parts; ++part) {
+    int seq = part_first_seq[part];
+    int first = 0;
+    DecodePiece piece;
+    const bool has_work = next_piece_in_units(view, seqlens, max_pages_per_seq, unit_begin[part],
+                                              unit_begin[part + 1], &seq, &piece, &first);
+    if (has_work)
+      piece.split_index = split_begin[piece.seq] + units_parts_before[part] - rank_of_unit(first);
+    records[part] =
+        part_record(has_work ? &piece : nullptr, unit_begin[part + 1] - unit_begin[part]);
+    records[part].reserved = unit_begin[part];
+  }
+  return plan;
+}
+
 }  // namespace mla::kernels

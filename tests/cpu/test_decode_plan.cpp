@@ -268,5 +268,111 @@ TEST(DecodePlan, LaunchShapeTilesEveryRow) {
   EXPECT_EQ(decode_launch_shape(2, 128, 1, 132).num_parts, 33);
 }
 
+// A weighted plan (make_decode_weighted_plan_host): every page in exactly one piece, each
+// sequence's split indices dense, each part walked from its record the way a kernel would
+// (WeightedPartPieceCursor), pieces inside their part's units, and shares in proportion to the
+// weights.
+void check_weighted_plan(const std::vector<int32_t>& seqlens, const std::vector<int32_t>& weights,
+                         int max_pages_per_seq) {
+  const int batch = static_cast<int>(seqlens.size());
+  const int num_parts = static_cast<int>(weights.size());
+  const std::vector<int32_t> data = make_decode_weighted_plan_host(
+      seqlens.data(), batch, weights.data(), num_parts, max_pages_per_seq);
+  ASSERT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
+  const DecodePlanView plan{data.data(), batch, num_parts};
+  EXPECT_EQ(data[2], batch);
+  EXPECT_EQ(data[3], num_parts);
+  std::vector<std::vector<int>> page_owner(batch);
+  std::vector<int> pages(batch);
+  int total_cost = 0;
+  for (int b = 0; b < batch; ++b) {
+    pages[b] = num_pages_of(clamp_seqlen(seqlens[b], max_pages_per_seq));
+    page_owner[b].assign(pages[b], -1);
+    total_cost += seq_cost(pages[b]);
+  }
+  int64_t weight_total = 0;
+  for (int32_t w : weights) weight_total += std::max(w, 0);
+  std::map<int, std::set<int>> splits_of_seq;
+  std::set<int> all_splits;
+  int total_pieces = 0, largest = 0, expected_begin = 0;
+  int64_t weight_prefix = 0;
+  for (int part = 0; part < num_parts; ++part) {
+    const DecodePartRecord& record = plan.part_records()[part];
+    // The share: U_p = floor(total · W_p / W), exactly; and within one unit of the proportion.
+    EXPECT_EQ(record.reserved, expected_begin) << "part " << part;
+    weight_prefix += std::max(weights[part], 0);
+    const int end = part + 1 == num_parts
+                        ? total_cost
+                        : static_cast<int>(total_cost * weight_prefix / weight_total);
+    EXPECT_EQ(record.cost_per_part, end - expected_begin) << "part " << part;
+    EXPECT_NEAR(record.cost_per_part,
+                double(total_cost) * std::max(weights[part], 0) / double(weight_total), 1.0 + 1e-9)
+        << "part " << part;
+    largest = std::max(largest, record.cost_per_part);
+    WeightedPartPieceCursor cursor(plan, seqlens.data(), max_pages_per_seq, part);
+    DecodePiece piece;
+    int previous_seq = -1;
+    for (bool more = cursor.first(&piece); more; more = cursor.next(&piece)) {
+      EXPECT_GT(piece.seq, previous_seq);
+      previous_seq = piece.seq;
+      EXPECT_LT(piece.page_begin, piece.page_end);
+      EXPECT_LE(piece.page_end, pages[piece.seq]);
+      EXPECT_EQ(piece.num_splits, plan.num_splits(piece.seq));
+      EXPECT_EQ(piece.seqlen, clamp_seqlen(seqlens[piece.seq], max_pages_per_seq));
+      // Inside the part's units.
+      const int first = first_page_unit(plan.cost_begin()[piece.seq]);
+      EXPECT_GE(first + piece.page_begin, expected_begin);
+      EXPECT_LE(first + piece.page_end, end);
+      for (int j = piece.page_begin; j < piece.page_end; ++j) {
+        EXPECT_EQ(page_owner[piece.seq][j], -1)
+            << "page " << j << " of seq " << piece.seq << " covered twice";
+        page_owner[piece.seq][j] = part;
+      }
+      EXPECT_TRUE(all_splits.insert(piece.split_index).second) << "split index reused";
+      splits_of_seq[piece.seq].insert(piece.split_index);
+      ++total_pieces;
+    }
+    expected_begin = end;
+  }
+  EXPECT_EQ(plan.cost_per_part(), largest);
+  expect_covered_and_dense(plan, pages, page_owner, splits_of_seq);
+  EXPECT_EQ(plan.total_splits(), total_pieces);
+  EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
+}
+
+TEST(DecodeWeightedPlan, SharesFollowTheWeights) {
+  // b = 128 at 4k / 32k on 132 parts: uniform, and SMs 20 % apart.
+  for (int len : {4096, 32768}) {
+    const std::vector<int32_t> seqlens(128, len);
+    check_weighted_plan(seqlens, std::vector<int32_t>(132, 1000), len / 64);
+    std::vector<int32_t> weights(132);
+    for (int i = 0; i < 132; ++i) weights[i] = 800 + (i * 37) % 201;
+    check_weighted_plan(seqlens, weights, len / 64);
+  }
+  // Weights of 0 (parts with no units), one part with everything, tiny totals.
+  check_weighted_plan({4096, 100, 0, 7000}, {0, 5, 0, 0, 7, 1, 0}, 128);
+  check_weighted_plan({4096, 100, 0, 7000}, {0, 0, 1, 0}, 128);
+  check_weighted_plan({1}, std::vector<int32_t>(132, 3), 16);
+  check_weighted_plan({0, 0}, std::vector<int32_t>(8, 1), 16);
+  check_weighted_plan({100000, 50}, {1, 2, 3, 4}, 32);  // the first length is clamped
+}
+
+TEST(DecodeWeightedPlan, RandomBatchesAndWeights) {
+  std::mt19937 rng(19);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 200)(rng);
+    const int num_parts = std::uniform_int_distribution<int>(1, 140)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 20000)(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
+    std::vector<int32_t> weights(num_parts);
+    for (int32_t& w : weights)
+      w = std::uniform_int_distribution<int>(trial % 3 == 0 ? 0 : 1, 1000)(rng);
+    if (std::all_of(weights.begin(), weights.end(), [](int32_t w) { return w == 0; }))
+      weights[0] = 1;
+    check_weighted_plan(seqlens, weights, (max_len + 63) / 64);
+  }
+}
+
 }  // namespace
 }  // namespace mla::kernels

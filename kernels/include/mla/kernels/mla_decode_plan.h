@@ -161,6 +161,19 @@ struct DecodePiece {
   int num_splits = 0;   // pieces of this sequence; 1 means the piece writes the final output
 };
 
+// A part's record, on the device as two 16-byte loads in flight at once (records are 32-byte
+// aligned).
+MLA_HOST_DEVICE DecodePartRecord load_part_record(const DecodePartRecord* record) {
+#if defined(__CUDA_ARCH__)
+  DecodePartRecord result;
+  reinterpret_cast<int4*>(&result)[0] = reinterpret_cast<const int4*>(record)[0];
+  reinterpret_cast<int4*>(&result)[1] = reinterpret_cast<const int4*>(record)[1];
+  return result;
+#else
+  return *record;
+#endif
+}
+
 // Walks the pieces of part `part` in order: first(), then next() until it returns false. Used by
 // the decode kernels and by the CPU tests. The first piece comes from the part's record (one
 // load); the later ones are found by scanning the cost prefix from the sequence after it.
@@ -182,7 +195,7 @@ class PartPieceCursor {
 
   // The part's first piece, from its record; false if the part has no work. Call once, first.
   MLA_HOST_DEVICE bool first(DecodePiece* piece) {
-    const DecodePartRecord record = load_record(plan_.part_records() + part_);
+    const DecodePartRecord record = load_part_record(plan_.part_records() + part_);
     if (record.seq < 0) {
       start_scan(1, plan_.batch);  // nothing here, nothing after
       return false;
@@ -221,17 +234,6 @@ class PartPieceCursor {
   MLA_HOST_DEVICE static int clamp_index(int value, int upper) {
     return value < 0 ? 0 : value > upper ? upper : value;
   }
-  MLA_HOST_DEVICE static DecodePartRecord load_record(const DecodePartRecord* record) {
-#if defined(__CUDA_ARCH__)
-    // Two 16-byte loads in flight at once (the record is 32-byte aligned).
-    DecodePartRecord result;
-    reinterpret_cast<int4*>(&result)[0] = reinterpret_cast<const int4*>(record)[0];
-    reinterpret_cast<int4*>(&result)[1] = reinterpret_cast<const int4*>(record)[1];
-    return result;
-#else
-    return *record;
-#endif
-  }
   MLA_HOST_DEVICE void start_scan(int per_part, int seq) {
     per_part_ = per_part > 0 ? per_part : 1;
     seq_ = seq;
@@ -267,6 +269,109 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
   const bool has_work = cursor.next(&piece);
   return part_record(has_work ? &piece : nullptr, plan.cost_per_part());
 }
+
+// ---- A plan weighted by SM: the memory-bound rows' next step (docs/kernels/mla_decode.md, "a plan
+// weighted by SM"); host side only so far, no kernel runs it ----
+// The same SMs take in pages up to ~20 % slower in every run (seventeenth session), so a share per
+// part in proportion to its SM's rate lets every SM finish together. Part p owns the cost units
+// [U_p, U_{p+1}), U_p = floor(total · W_p / W) with W_p the sum of the weights of the parts before
+// p and W of all (64-bit integer arithmetic: the host and the device agree exactly). The layout is
+// the plan's usual one; each record holds its part's own C (U_{p+1} − U_p) and, in `reserved`,
+// U_p; the header's cost_per_part is the largest part's C.
+
+// U_p for a part whose preceding weights sum to weight_prefix, out of weight_total.
+MLA_HOST_DEVICE int weighted_unit_begin(int total_cost, int64_t weight_prefix,
+                                        int64_t weight_total) {
+  return weight_total > 0 ? static_cast<int>(int64_t(total_cost) * weight_prefix / weight_total)
+                          : 0;
+}
+
+// The part whose units contain `unit`, given the parts' first units unit_begin[0..num_parts)
+// (ascending, unit_begin[0] = 0): the last part whose first unit is at or before it.
+MLA_HOST_DEVICE int weighted_part_of_unit(const int32_t* unit_begin, int num_parts, int unit) {
+  int lo = 0, hi = num_parts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (unit_begin[mid] <= unit)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// The next piece of the sequences from *seq on that overlaps the cost units [unit_begin,
+// unit_end), split index left to the caller; *seq moves past it, *first_unit is its sequence's
+// first page unit.
+MLA_HOST_DEVICE bool next_piece_in_units(const DecodePlanView& plan, const int32_t* seqlens,
+                                         int max_pages_per_seq, int unit_begin, int unit_end,
+                                         int* seq, DecodePiece* piece, int* first_unit) {
+  const int32_t* cost_begin = plan.cost_begin();
+  auto clamp_index = [](int value, int upper) {
+    return value < 0 ? 0 : value > upper ? upper : value;
+  };
+  for (; *seq < plan.batch && cost_begin[*seq] < unit_end; ++*seq) {
+    const int seqlen = clamp_seqlen(seqlens[*seq], max_pages_per_seq);
+    const int num_pages = num_pages_of(seqlen);
+    const int first = first_page_unit(cost_begin[*seq]);
+    const int begin = clamp_index(unit_begin - first, num_pages);
+    const int end = clamp_index(unit_end - first, num_pages);
+    if (begin >= end) continue;
+    piece->seq = *seq;
+    piece->seqlen = seqlen;
+    piece->page_begin = begin;
+    piece->page_end = end;
+    piece->num_splits = plan.num_splits(*seq);
+    *first_unit = first;
+    ++*seq;
+    return true;
+  }
+  return false;
+}
+
+// Walks the pieces of one part of a weighted plan: the first from its record, the later ones by
+// the scan over the part's units ([reserved, reserved + cost_per_part) of its record). A later
+// piece of a part starts at its sequence's first page (the sequence begins inside the part), so
+// it is that sequence's first piece: split index split_begin[seq], no division.
+class WeightedPartPieceCursor {
+ public:
+  MLA_HOST_DEVICE WeightedPartPieceCursor(const DecodePlanView& plan, const int32_t* seqlens,
+                                          int max_pages_per_seq, int part)
+      : plan_(plan), seqlens_(seqlens), max_pages_per_seq_(max_pages_per_seq), part_(part) {}
+
+  // The part's first piece, from its record; false if the part has no work. Call once, first.
+  MLA_HOST_DEVICE bool first(DecodePiece* piece) {
+    const DecodePartRecord record = load_part_record(plan_.part_records() + part_);
+    unit_begin_ = record.reserved;
+    unit_end_ = record.reserved + record.cost_per_part;
+    if (record.seq < 0) {
+      seq_ = plan_.batch;
+      return false;
+    }
+    seq_ = record.seq + 1;
+    *piece = {record.seq,      record.seqlen,      record.page_begin,
+              record.page_end, record.split_index, record.num_splits};
+    return true;
+  }
+
+  MLA_HOST_DEVICE bool next(DecodePiece* piece) {
+    int first = 0;
+    if (!next_piece_in_units(plan_, seqlens_, max_pages_per_seq_, unit_begin_, unit_end_, &seq_,
+                             piece, &first))
+      return false;
+    piece->split_index = plan_.split_begin()[piece->seq];
+    return true;
+  }
+
+ private:
+  DecodePlanView plan_;
+  const int32_t* seqlens_;
+  int max_pages_per_seq_;
+  int part_;
+  int unit_begin_ = 0;
+  int unit_end_ = 0;
+  int seq_ = 0;
+};
 
 // The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
 // look-ahead for the decode kernels' page pipeline; the CPU tests check it against the pieces).
@@ -305,5 +410,11 @@ struct PartPageStream {
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
                                            int max_pages_per_seq, int min_cost_per_part = 0);
+
+// A weighted plan (above): part p's share in proportion to weights[p] (≥ 0, not all 0). Host only
+// so far (no device builder, no kernel).
+std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int batch,
+                                                    const int32_t* weights, int num_parts,
+                                                    int max_pages_per_seq);
 
 }  // namespace mla::kernels
