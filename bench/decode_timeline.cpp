@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "mla/kernels/sm_stream.h"
 #include "mla/kernels/timestamp.h"
 
 namespace mla::bench {
@@ -136,6 +137,42 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
   return run;
 }
 
+// The streaming kernel's per-SM rates (GB/s, keyed by SM id, 0 for an id not seen), one vector per
+// run: one CTA per SM of `num_sms`, kStreamBytesPerCta each, after an L2 flush.
+constexpr size_t kStreamBytesPerCta = size_t(8) << 20;
+std::vector<std::vector<double>> stream_rates_by_sm(int num_sms, int runs, size_t num_sm_ids,
+                                                    L2Flush& flush, cudaStream_t stream) {
+  const size_t words_per_cta = kStreamBytesPerCta / sizeof(uint64_t);
+  cuda::DeviceBuffer<uint64_t> src(words_per_cta * size_t(num_sms));
+  MLA_CUDA_CHECK(cudaMemsetAsync(src.data(), 0x5a, src.bytes(), stream));
+  cuda::DeviceBuffer<uint64_t> records(size_t(num_sms) * kernels::kSmStreamRecordWords);
+  std::vector<std::vector<double>> rates;
+  for (int run = 0; run < runs; ++run) {
+    flush.enqueue(stream, size_t(run));
+    kernels::launch_sm_stream(src.data(), words_per_cta, num_sms, records.data(), stream);
+    const std::vector<uint64_t> host = records.to_host(stream);
+    std::vector<double> by_sm(num_sm_ids, 0.0);
+    for (int cta = 0; cta < num_sms; ++cta) {
+      const uint64_t* record = host.data() + size_t(cta) * kernels::kSmStreamRecordWords;
+      const double us = elapsed_us(record[1], record[2]);
+      if (record[0] < num_sm_ids && us > 0)
+        by_sm[record[0]] = double(kStreamBytesPerCta) / us * 1e-3;
+    }
+    rates.push_back(std::move(by_sm));
+  }
+  return rates;
+}
+
+// min / median / max over the non-zero entries.
+std::array<double, 3> min_median_max(const std::vector<double>& values) {
+  std::vector<double> present;
+  for (double v : values)
+    if (v != 0) present.push_back(v);
+  if (present.empty()) return {0, 0, 0};
+  return {*std::min_element(present.begin(), present.end()), median(present),
+          *std::max_element(present.begin(), present.end())};
+}
+
 }  // namespace
 
 DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, int runs,
@@ -186,7 +223,21 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   result.finish_spread_of_means_us = spread(means_over_runs(finishes));
   result.finish_spread_us = median(spreads);
   result.finish_correlation_by_sm = correlations_by_sm.empty() ? nan : median(correlations_by_sm);
-  result.finish_spread_of_sm_means_us = spread(means_over_runs(finishes_by_sm));
+  const std::vector<double> finish_by_sm = means_over_runs(finishes_by_sm);
+  result.finish_spread_of_sm_means_us = spread(finish_by_sm);
+
+  const std::vector<std::vector<double>> rates =
+      stream_rates_by_sm(std::max(params.num_sms, 1), runs, num_sm_ids, flush, stream);
+  std::vector<double> rate_correlations;
+  for (size_t run = 1; run < rates.size(); ++run) {
+    const double c = correlation(rates[run - 1], rates[run]);
+    if (!std::isnan(c)) rate_correlations.push_back(c);
+  }
+  const std::vector<double> rate_by_sm = means_over_runs(rates);
+  result.stream_runs = int(rates.size());
+  result.stream_rate_gbps = min_median_max(rate_by_sm);
+  result.stream_correlation_by_sm = rate_correlations.empty() ? nan : median(rate_correlations);
+  result.stream_rate_vs_finish_correlation = correlation(rate_by_sm, finish_by_sm);
   return result;
 }
 
@@ -213,6 +264,13 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
       "  the same by the SM each CTA ran on: correlation {:.2f}, spread of the per-SM means "
       "{:.2f} µs\n",
       timeline.finish_correlation_by_sm, timeline.finish_spread_of_sm_means_us);
+  const auto& r = timeline.stream_rate_gbps;
+  text += fmt::format(
+      "  a streaming kernel on every SM at once ({} runs of {} MB per SM): per-SM rate {:.1f} / "
+      "{:.1f} / {:.1f} GB/s (min / median / max), correlation by SM between runs {:.2f}; with the "
+      "decode's per-SM finish {:.2f}\n",
+      timeline.stream_runs, kStreamBytesPerCta >> 20, r[0], r[1], r[2],
+      timeline.stream_correlation_by_sm, timeline.stream_rate_vs_finish_correlation);
   return text;
 }
 

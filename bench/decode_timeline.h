@@ -37,6 +37,14 @@ struct DecodeTimeline {
   // follows the SM rather than the CTA's work.
   double finish_correlation_by_sm = 0;
   double finish_spread_of_sm_means_us = 0;
+  // A streaming kernel on every SM at once (mla/kernels/sm_stream.h), right after: each SM's rate
+  // (GB/s; min / median / max over SMs of the per-SM means over the runs), its run-to-run
+  // correlation by SM, and the correlation over SMs of an SM's mean rate with its mean decode
+  // finish time (negative: the SMs that stream slower finish the decode later).
+  int stream_runs = 0;
+  std::array<double, 3> stream_rate_gbps{};
+  double stream_correlation_by_sm = 0;
+  double stream_rate_vs_finish_correlation = 0;
 };
 
 // params: a planned decode (launch_mla_decode_plan already run on `stream`).
