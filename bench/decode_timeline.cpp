@@ -39,13 +39,16 @@ double elapsed_us(uint64_t a, uint64_t b) {
 size_t cta_count(const std::vector<uint64_t>& words) {
   return words.size() / (2 * kSlots + 1);
 }
+const uint64_t* cta_stamps(const std::vector<uint64_t>& words, size_t cta) {
+  return words.data() + kernels::decode_timeline_stamps_word(int64_t(cta));
+}
 
 // Per CTA with work, its "pages computed" stamp in µs after `start` (0 for a CTA without work).
 std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t start) {
   const size_t ctas = cta_count(words);
   std::vector<double> times(ctas, 0.0);
   for (size_t cta = 0; cta < ctas; ++cta) {
-    const uint64_t* ns = words.data() + cta * 2 * kSlots;
+    const uint64_t* ns = cta_stamps(words, cta);
     if (ns[kQueriesSlot] != 0 && ns[kPagesDoneSlot] != 0)
       times[cta] = elapsed_us(start, ns[kPagesDoneSlot]);
   }
@@ -59,7 +62,7 @@ std::vector<double> finish_times_by_sm(const std::vector<uint64_t>& words,
   const size_t ctas = cta_count(words);
   std::vector<double> times(num_sm_ids, 0.0);
   for (size_t cta = 0; cta < ctas; ++cta) {
-    const uint64_t sm = words[ctas * 2 * kSlots + cta];
+    const uint64_t sm = words[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))];
     if (sm < num_sm_ids && by_cta[cta] != 0) times[sm] = std::max(times[sm], by_cta[cta]);
   }
   return times;
@@ -96,17 +99,31 @@ double correlation(const std::vector<double>& a, const std::vector<double>& b) {
   return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : nan;
 }
 
+// The median over pairs of consecutive runs of correlation() between them; NaN when no pair has
+// one.
+double median_correlation_between_runs(const std::vector<std::vector<double>>& runs) {
+  std::vector<double> correlations;
+  for (size_t run = 1; run < runs.size(); ++run) {
+    const double c = correlation(runs[run - 1], runs[run]);
+    if (!std::isnan(c)) correlations.push_back(c);
+  }
+  return correlations.empty() ? std::numeric_limits<double>::quiet_NaN() : median(correlations);
+}
+
+// min / median / max over the non-zero entries (0s when there are none).
+std::array<double, 3> min_median_max(const std::vector<double>& values) {
+  std::vector<double> present;
+  for (double v : values)
+    if (v != 0) present.push_back(v);
+  if (present.empty()) return {0, 0, 0};
+  return {*std::min_element(present.begin(), present.end()), median(present),
+          *std::max_element(present.begin(), present.end())};
+}
+
 // max − min over the non-zero entries.
 double spread(const std::vector<double>& values) {
-  double lo = 0, hi = 0;
-  bool any = false;
-  for (double v : values) {
-    if (v == 0) continue;
-    lo = any ? std::min(lo, v) : v;
-    hi = any ? std::max(hi, v) : v;
-    any = true;
-  }
-  return hi - lo;
+  const std::array<double, 3> range = min_median_max(values);
+  return range[2] - range[0];
 }
 
 // One run's numbers (the DecodeTimeline of that run alone).
@@ -119,7 +136,7 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
   for (int slot = 0; slot < kSlots; ++slot) {
     std::vector<double> reached, phase;
     for (int cta = 0; cta < run.ctas; ++cta) {
-      const uint64_t* ns = words.data() + size_t(cta) * 2 * kSlots;
+      const uint64_t* ns = cta_stamps(words, size_t(cta));
       const uint64_t* clk = ns + kSlots;
       if (ns[slot] == 0) continue;
       reached.push_back(elapsed_us(start, ns[slot]));
@@ -133,7 +150,7 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
     if (!phase.empty()) run.phase_us[slot] = median(phase);
   }
   for (int cta = 0; cta < run.ctas; ++cta)
-    if (words[size_t(cta) * 2 * kSlots + kQueriesSlot] != 0) ++run.ctas_with_work;
+    if (cta_stamps(words, size_t(cta))[kQueriesSlot] != 0) ++run.ctas_with_work;
   return run;
 }
 
@@ -161,16 +178,6 @@ std::vector<std::vector<double>> stream_rates_by_sm(int num_sms, int runs, size_
     rates.push_back(std::move(by_sm));
   }
   return rates;
-}
-
-// min / median / max over the non-zero entries.
-std::array<double, 3> min_median_max(const std::vector<double>& values) {
-  std::vector<double> present;
-  for (double v : values)
-    if (v != 0) present.push_back(v);
-  if (present.empty()) return {0, 0, 0};
-  return {*std::min_element(present.begin(), present.end()), median(present),
-          *std::max_element(present.begin(), present.end())};
 }
 
 }  // namespace
@@ -207,36 +214,22 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
           median_of([&](const DecodeTimeline& t) { return t.reached_us[slot][k]; });
     result.phase_us[slot] = median_of([&](const DecodeTimeline& t) { return t.phase_us[slot]; });
   }
-  std::vector<double> correlations, correlations_by_sm, spreads;
-  for (size_t run = 0; run < finishes.size(); ++run) {
-    if (run > 0) {
-      const double c = correlation(finishes[run - 1], finishes[run]);
-      if (!std::isnan(c)) correlations.push_back(c);
-      const double by_sm = correlation(finishes_by_sm[run - 1], finishes_by_sm[run]);
-      if (!std::isnan(by_sm)) correlations_by_sm.push_back(by_sm);
-    }
-    spreads.push_back(spread(finishes[run]));
-  }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> spreads;
+  for (const std::vector<double>& run : finishes) spreads.push_back(spread(run));
   result.finish_runs = int(finishes.size());
-  result.finish_correlation = correlations.empty() ? nan : median(correlations);
+  result.finish_correlation = median_correlation_between_runs(finishes);
   result.finish_spread_of_means_us = spread(means_over_runs(finishes));
   result.finish_spread_us = median(spreads);
-  result.finish_correlation_by_sm = correlations_by_sm.empty() ? nan : median(correlations_by_sm);
+  result.finish_correlation_by_sm = median_correlation_between_runs(finishes_by_sm);
   const std::vector<double> finish_by_sm = means_over_runs(finishes_by_sm);
   result.finish_spread_of_sm_means_us = spread(finish_by_sm);
 
   const std::vector<std::vector<double>> rates =
       stream_rates_by_sm(std::max(params.num_sms, 1), runs, num_sm_ids, flush, stream);
-  std::vector<double> rate_correlations;
-  for (size_t run = 1; run < rates.size(); ++run) {
-    const double c = correlation(rates[run - 1], rates[run]);
-    if (!std::isnan(c)) rate_correlations.push_back(c);
-  }
   const std::vector<double> rate_by_sm = means_over_runs(rates);
   result.stream_runs = int(rates.size());
   result.stream_rate_gbps = min_median_max(rate_by_sm);
-  result.stream_correlation_by_sm = rate_correlations.empty() ? nan : median(rate_correlations);
+  result.stream_correlation_by_sm = median_correlation_between_runs(rates);
   result.stream_rate_vs_finish_correlation = correlation(rate_by_sm, finish_by_sm);
   return result;
 }

@@ -26,9 +26,9 @@ struct DecodeTimeline {
   // the median over pairs of consecutive runs of the Pearson correlation of their finish times
   // (NaN with fewer than two runs, or when no pair had two CTAs with work to compare), the spread
   // (max − min) of each CTA's finish time averaged over the runs, and the median over runs of one
-  // run's spread. A correlation near 1 and the two spreads alike: the same CTAs (the same SMs, when
-  // the block scheduler places a one-wave grid alike every time) are slow in every run; near 0: it
-  // changes from run to run.
+  // run's spread. A correlation near 1 and the two spreads alike: the same CTAs are slow in every
+  // run; near 0: it changes from run to run (the block scheduler need not place a CTA on the same
+  // SM each run, hence the same keyed by SM below).
   int finish_runs = 0;
   double finish_correlation = 0;
   double finish_spread_of_means_us = 0;

@@ -66,19 +66,18 @@ std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int 
   int32_t* part_first_seq = split_begin + batch + 1;
   const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
   const int total_cost = cost_begin[batch];
-  int64_t weight_total = 0;
-  for (int part = 0; part < num_parts; ++part) weight_total += std::max(weights[part], 0);
-  // The parts' first units, then one past the last part.
-  std::vector<int32_t> unit_begin(num_parts + 1);
-  int64_t weight_prefix = 0;
+  // The weights' prefix (negative weights count as 0), then the parts' first units and one past
+  // the last part.
+  std::vector<int64_t> weight_prefix(num_parts + 1, 0);
+  for (int part = 0; part < num_parts; ++part)
+    weight_prefix[part + 1] = weight_prefix[part] + std::max(weights[part], 0);
+  std::vector<int32_t> unit_begin(num_parts + 1, total_cost);
+  for (int part = 0; part < num_parts; ++part)
+    unit_begin[part] =
+        weighted_unit_begin(total_cost, weight_prefix[part], weight_prefix[num_parts]);
   int largest = 0;
-  for (int part = 0; part <= num_parts; ++part) {
-    unit_begin[part] = part == num_parts
-                           ? total_cost
-                           : weighted_unit_begin(total_cost, weight_prefix, weight_total);
-    if (part > 0) largest = std::max(largest, unit_begin[part] - unit_begin[part - 1]);
-    if (part < num_parts) weight_prefix += std::max(weights[part], 0);
-  }
+  for (int part = 0; part < num_parts; ++part)
+    largest = std::max(largest, unit_begin[part + 1] - unit_begin[part]);
   // Parts of no units (a weight of 0, or rounding) hold no piece: a sequence's pieces are counted,
   // and its split indices numbered, over the parts with units only.
   std::vector<int> units_parts_before(num_parts + 1, 0);

@@ -67,12 +67,10 @@ template <bool kTimeline>
 __device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const uint64_t* stamps) {
   if constexpr (kTimeline) {
     if (threadIdx.x != 0) return;
-    const size_t index = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    uint64_t* cta = args.timeline + index * 2 * kTimelineSlots;
+    const int64_t index = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    uint64_t* cta = args.timeline + decode_timeline_stamps_word(index);
     for (int i = 0; i < 2 * kTimelineSlots; ++i) cta[i] = stamps[i];
-    // After every CTA's stamps: the SM each CTA ran on.
-    const size_t ctas = static_cast<size_t>(gridDim.x) * gridDim.y;
-    args.timeline[ctas * 2 * kTimelineSlots + index] = ptx::sm_id();
+    args.timeline[decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, index)] = ptx::sm_id();
   }
 }
 // Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps.

@@ -158,10 +158,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // kTimeline: thread 0 stamps the TimelineSlot phases (%globaltimer, then clock64) straight into
   // this CTA's words of args.timeline (zeroed by the caller), when `when` holds. "First page
   // landed" is the first page's own half in the pairs order (warpgroup 0's, before its first S).
+  const int64_t timeline_index = int64_t(tile_index) * args.shape.num_parts + part;
   uint64_t* const timeline_cta =
-      kTimeline
-          ? args.timeline + (size_t(tile_index) * args.shape.num_parts + part) * 2 * kTimelineSlots
-          : nullptr;
+      kTimeline ? args.timeline + decode_timeline_stamps_word(timeline_index) : nullptr;
   auto stamp = [&](int slot, bool when) {
     if constexpr (kTimeline) {
       ptx::st_global_u64_if(tid == 0 && when, timeline_cta + slot, ptx::global_timer_ns());
@@ -170,12 +169,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   stamp(kTimelineEntry, true);
-  if constexpr (kTimeline) {  // after every CTA's stamps: the SM each CTA ran on
-    const size_t ctas = size_t(gridDim.x) * gridDim.y;
-    ptx::st_global_u64_if(tid == 0,
-                          args.timeline + ctas * 2 * kTimelineSlots +
-                              size_t(tile_index) * args.shape.num_parts + part,
-                          ptx::sm_id());
+  if constexpr (kTimeline) {
+    ptx::st_global_u64_if(
+        tid == 0,
+        args.timeline + decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, timeline_index),
+        ptx::sm_id());
   }
   // Warpgroup 0 or 1, through a shuffle so that ptxas knows it is warp-uniform: the wgmmas sit in
   // branches on it, and in branches it cannot prove uniform ptxas serializes them.

@@ -186,6 +186,13 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 // production kernels are unchanged); the combine kernels record nothing.
 inline constexpr int kDecodeTimelineSlots = 7;
 int64_t mla_decode_timeline_words(const MlaDecodeParams& params);  // CTAs · (2 · slots + 1)
+// Where CTA `cta` (of `ctas`) of a timeline finds its stamps, and the word holding its SM id.
+MLA_HOST_DEVICE int64_t decode_timeline_stamps_word(int64_t cta) {
+  return cta * 2 * kDecodeTimelineSlots;
+}
+MLA_HOST_DEVICE int64_t decode_timeline_sm_word(int64_t ctas, int64_t cta) {
+  return ctas * 2 * kDecodeTimelineSlots + cta;
+}
 bool decode_timeline_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
                                      cudaStream_t stream);

@@ -207,6 +207,8 @@ class PartPieceCursor {
   }
 
   // The next piece, after first() (or from the start, for a scanning() cursor).
+  // (Its loop is next_piece_in_units()'s, written out: calling it changed the decode kernels'
+  // SASS, which stays the code measured.)
   MLA_HOST_DEVICE bool next(DecodePiece* piece) {
     const int32_t* cost_begin = plan_.cost_begin();
     const int unit_begin = part_ * per_part_;
