@@ -66,11 +66,13 @@ std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int 
   int32_t* part_first_seq = split_begin + batch + 1;
   const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
   const int total_cost = cost_begin[batch];
-  // The weights' prefix (negative weights count as 0), then the parts' first units and one past
-  // the last part.
+  // The weights' prefix (negative weights count as 0; none positive: all weigh 1), then the
+  // parts' first units and one past the last part.
+  bool any_positive = false;
+  for (int part = 0; part < num_parts; ++part) any_positive = any_positive || weights[part] > 0;
   std::vector<int64_t> weight_prefix(num_parts + 1, 0);
   for (int part = 0; part < num_parts; ++part)
-    weight_prefix[part + 1] = weight_prefix[part] + std::max(weights[part], 0);
+    weight_prefix[part + 1] = weight_prefix[part] + (any_positive ? std::max(weights[part], 0) : 1);
   std::vector<int32_t> unit_begin(num_parts + 1, total_cost);
   for (int part = 0; part < num_parts; ++part)
     unit_begin[part] =
@@ -107,11 +109,37 @@ std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int 
                                               unit_begin[part + 1], &seq, &piece, &first);
     if (has_work)
       piece.split_index = split_begin[piece.seq] + units_parts_before[part] - rank_of_unit(first);
-    records[part] =
-        part_record(has_work ? &piece : nullptr, unit_begin[part + 1] - unit_begin[part]);
-    records[part].reserved = unit_begin[part];
+    records[part] = part_record(has_work ? &piece : nullptr,
+                                unit_begin[part + 1] - unit_begin[part], unit_begin[part]);
   }
   return plan;
+}
+
+std::vector<int32_t> make_decode_sm_part_table_host(const int32_t* sm_weights, int num_parts,
+                                                    std::vector<int32_t>* part_weights) {
+  int num_weighted = 0;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot) num_weighted += sm_weights[slot] > 0 ? 1 : 0;
+  std::vector<int32_t> table(kDecodeSmSlots, -1);
+  part_weights->assign(num_parts, 0);
+  int weighted_before = 0, unweighted_before = 0;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot) {
+    const bool weighted = sm_weights[slot] > 0;
+    table[slot] =
+        decode_sm_slot_part(weighted, weighted_before, unweighted_before, num_weighted, num_parts);
+    if (table[slot] >= 0) (*part_weights)[table[slot]] = weighted ? sm_weights[slot] : 0;
+    (weighted ? weighted_before : unweighted_before) += 1;
+  }
+  return table;
+}
+
+std::vector<int32_t> make_decode_sm_balanced_plan_host(const int32_t* seqlens, int batch,
+                                                       const int32_t* sm_weights, int num_parts,
+                                                       int max_pages_per_seq,
+                                                       std::vector<int32_t>* part_of_slot) {
+  std::vector<int32_t> part_weights;
+  *part_of_slot = make_decode_sm_part_table_host(sm_weights, num_parts, &part_weights);
+  return make_decode_weighted_plan_host(seqlens, batch, part_weights.data(), num_parts,
+                                        max_pages_per_seq);
 }
 
 }  // namespace mla::kernels

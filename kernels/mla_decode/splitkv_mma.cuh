@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cmath>
+#include <stdexcept>
+#include <type_traits>
 
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
@@ -73,15 +75,46 @@ __device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const
     args.timeline[decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, index)] = ptx::sm_id();
   }
 }
-// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps.
-template <int kRowsPerTile, bool kTimeline>
+// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps,
+// then (the instantiations balanced by SM) the claimed part.
+template <int kRowsPerTile, bool kTimeline, bool kSmBalanced = false>
 inline constexpr int kMmaSmemBytes = int(sizeof(SharedStorage<kRowsPerTile>)) +
-                                     (kTimeline ? 2 * kTimelineSlots * 8 : 0);
-static_assert(kMmaSmemBytes<16, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
+                                     (kTimeline ? 2 * kTimelineSlots * 8 : 0) +
+                                     (kSmBalanced ? 16 : 0);
+static_assert(kMmaSmemBytes<16, true, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
 
-template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false>
+// The balanced instantiations' part (MlaDecodeParams::sm_balanced): thread 0 takes the part in
+// this SM's slot of the plan's table by an atomic exchange with -1. When that slot holds none (an
+// SM outside the table, or a second CTA on this SM) it claims the first slot that still holds
+// one, reading the slots from L2 (a stale L1 line could hide the exchanges); a pass that lost an
+// exchange goes again. Only P CTAs claim from P parts, so some slot holds a part until this CTA
+// has one; a pass that finds none means the plan has no table, and the part is blockIdx.x. (One
+// thread, no warp-wide scan: the scan's shuffles cost the body 3 registers it spilled.) Every
+// thread gets the part through shared memory (the barrier is here).
+__device__ __forceinline__ int claim_sm_part(const DecodeKernelArgs& args, int* shared_part) {
+  if (threadIdx.x == 0) {
+    const uint32_t sm = ptx::sm_id();
+    int part = sm < uint32_t(kDecodeSmSlots) ? atomicExch(args.sm_part_slots + sm, -1) : -1;
+    for (bool retry = part < 0; retry;) {
+      retry = false;
+      for (int slot = 0; slot < kDecodeSmSlots && part < 0; ++slot) {
+        if (__ldcg(args.sm_part_slots + slot) < 0) continue;
+        part = atomicExch(args.sm_part_slots + slot, -1);
+        retry = part < 0;
+      }
+    }
+    *shared_part = part >= 0 ? part : static_cast<int>(blockIdx.x);
+  }
+  __syncthreads();
+  return *shared_part;
+}
+
+// kSmBalanced: the part comes from claim_sm_part() (a plan balanced by SM, launched combine only)
+// and its pieces are walked by WeightedPartPieceCursor; otherwise the part is blockIdx.x.
+template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false, bool kSmBalanced = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  static_assert(!(kSmBalanced && kFusedCombine), "the fused merge takes blockIdx.x as the part");
   using Cfg = TileConfig<kRowsPerTile>;
   constexpr int kMS = Cfg::kMTilesS;
   constexpr int kNS = Cfg::kNTilesS;
@@ -124,12 +157,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   ptx::launch_dependents();
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
-  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
+  using Cursor = std::conditional_t<kSmBalanced, WeightedPartPieceCursor, PartPieceCursor>;
+  int part = static_cast<int>(blockIdx.x);
+  if constexpr (kSmBalanced)
+    part = claim_sm_part(args,
+                         reinterpret_cast<int*>(smem_raw + kMmaSmemBytes<kRowsPerTile, kTimeline>));
+  Cursor cursor(plan, p.seqlens, p.max_pages_per_seq, part);
   DecodePiece piece;
   const bool has_work = cursor.first(&piece);
   stamp<kTimeline>(stamps, kTimelineFirstPiece);
   // Thread 0's look-ahead: the same pages, issued ahead.
-  PartPageStream prefetch(cursor, has_work, piece);
+  PartPageStreamOf<Cursor> prefetch(cursor, has_work, piece);
 
   // The first piece's queries are requested before its pages: they are needed first, and behind
   // two pages' TMA copies they arrived 2.6-7 µs late (the timeline, docs/kernels/mla_decode.md).
@@ -428,13 +466,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
-  const int smem_bytes = args.timeline != nullptr ? kMmaSmemBytes<kRowsPerTile, true>
-                                                  : kMmaSmemBytes<kRowsPerTile, false>;
-  auto* kernel = args.timeline != nullptr
-                     ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
-                                      : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
-                 : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
-                                 : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
+  const bool timeline = args.timeline != nullptr;
+  const bool sm_balanced = args.sm_part_slots != nullptr;
+  if (sm_balanced && fused_combine)
+    throw std::logic_error(
+        "mla_decode_splitkv_mma: a launch balanced by SM cannot fuse its combine");
+  const int smem_bytes = sm_balanced ? (timeline ? kMmaSmemBytes<kRowsPerTile, true, true>
+                                                 : kMmaSmemBytes<kRowsPerTile, false, true>)
+                         : timeline  ? kMmaSmemBytes<kRowsPerTile, true>
+                                     : kMmaSmemBytes<kRowsPerTile, false>;
+  auto* kernel =
+      sm_balanced     ? (timeline ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true, true>
+                                  : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, false, true>)
+      : timeline      ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
+                                       : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
+      : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
+                      : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(

@@ -299,7 +299,7 @@ void check_weighted_plan(const std::vector<int32_t>& seqlens, const std::vector<
   for (int part = 0; part < num_parts; ++part) {
     const DecodePartRecord& record = plan.part_records()[part];
     // The share: U_p = floor(total · W_p / W), exactly; and within one unit of the proportion.
-    EXPECT_EQ(record.reserved, expected_begin) << "part " << part;
+    EXPECT_EQ(record.first_unit, expected_begin) << "part " << part;
     weight_prefix += std::max(weights[part], 0);
     const int end = part + 1 == num_parts
                         ? total_cost

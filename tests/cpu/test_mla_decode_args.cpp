@@ -128,7 +128,9 @@ TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
   const DecodeWorkspaceLayout layout = decode_workspace_layout(8, 1, 16, 1, 132);
   EXPECT_EQ(layout.max_splits, 8 + 132);
   EXPECT_EQ(layout.partial_out_offset % 256, 0u);
-  EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
+  // The partials, then the SM → part table and its working copy.
+  EXPECT_EQ(layout.sm_part_table_offset, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
+  EXPECT_EQ(layout.total_bytes, layout.sm_part_table_offset + 2 * kDecodeSmSlots * sizeof(int32_t));
 }
 
 TEST(MlaDecodeArgs, SmallBatchRule) {
@@ -268,7 +270,8 @@ TEST(MlaDecodeArgs, WhichLaunchesTheDiagnosticsRecord) {
 }
 
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
-  // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out.
+  // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out |
+  // the SM → part table | its working copy.
   struct Shape {
     int batch, seqlen_q, heads_q, heads_kv, sms;
   };
@@ -293,7 +296,14 @@ TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
     const size_t partial_rows = size_t(layout.max_splits) * s.heads_kv * shape.rows_per_kv_head;
     EXPECT_GE(layout.partial_out_offset, layout.partial_lse_offset + sizeof(float) * partial_rows)
         << label;
-    EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + sizeof(float) * partial_rows * 512)
+    EXPECT_EQ(layout.sm_part_table_offset % 256, 0u) << label;
+    EXPECT_GE(layout.sm_part_table_offset,
+              layout.partial_out_offset + sizeof(float) * partial_rows * 512)
+        << label;
+    EXPECT_EQ(layout.sm_part_slots_offset,
+              layout.sm_part_table_offset + sizeof(int32_t) * kDecodeSmSlots)
+        << label;
+    EXPECT_EQ(layout.total_bytes, layout.sm_part_slots_offset + sizeof(int32_t) * kDecodeSmSlots)
         << label;
   }
   // h_q = 128, s_q = 2: 256 rows, four 64-row tiles per kv head.

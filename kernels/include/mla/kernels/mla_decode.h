@@ -111,6 +111,11 @@ struct MlaDecodePlanParams {
   // pieces for small batches, e.g. for kFast's fused combine. 0: the balanced plan, or
   // MLA_DECODE_MIN_COST_PER_PART from the environment when set (for measuring).
   int min_cost_per_part = 0;
+  // The plan balanced by SM (mla_decode_plan.h): each SM's rate by %smid, int32[kDecodeSmSlots]
+  // on the device (0: no such SM; e.g. from a calibration, mla/kernels/sm_stream.h). Used where the
+  // shape runs kFast's 16-row body on one grid row (decode_sm_balance_applies()); elsewhere the
+  // plan is the usual one. The launches that use this plan must set MlaDecodeParams::sm_balanced.
+  const int32_t* sm_weights = nullptr;
 };
 
 struct MlaDecodeParams {
@@ -126,6 +131,12 @@ struct MlaDecodeParams {
   int max_pages_per_seq = 0;  // block_table row length
   float softmax_scale = 0.f;  // qk_head_dim^-0.5 · mscale² for DeepSeek (not 576^-0.5)
   bool causal = false;
+  // The plan was made with MlaDecodePlanParams::sm_weights: kFast's 16-row body takes each CTA's
+  // part from its SM's slot (decode_sm_balance_applies(); launched combine only, kBaseline and
+  // kFused throw mla::Error). Required with such a plan: the other bodies would misread it. A
+  // plan made without weights is read correctly either way. (Declared in the padding after
+  // `causal`, so the kernels' argument layout is unchanged.)
+  bool sm_balanced = false;
 
   const bf16* q = nullptr;  // [b, s_q, h_q, 576] bf16, strides in elements
   int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;
@@ -221,6 +232,8 @@ struct DecodeWorkspaceLayout {
   size_t combine_counters_offset = 0;  // int32[num_combine_counters]: kFast's arrival counters
   size_t partial_lse_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head]
   size_t partial_out_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head, 512]
+  size_t sm_part_table_offset = 0;     // int32[kDecodeSmSlots]: the plan's SM → part table
+  size_t sm_part_slots_offset = 0;     // int32[kDecodeSmSlots]: its copy the CTAs claim from
   size_t total_bytes = 0;
   int max_splits = 0;                // batch + num_parts: the most pieces a plan can make
   int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles
