@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "mla/kernels/fill.h"
+#include "mla/kernels/sm_stream.h"
 
 namespace mla::bench {
 
@@ -191,6 +192,28 @@ void diagnose_flashmla_timing(const StreamWork& ours, const StreamWork& flashmla
   MLA_CUDA_CHECK(cudaStreamDestroy(own));
 }
 
+// Where the SM weights of the balanced variants come from (MLA_BENCH_SM_WEIGHTS).
+enum class SmWeightsSource { kNone, kStream, kDecode };
+
+SmWeightsSource sm_weights_source_from_environment() {
+  const char* text = std::getenv("MLA_BENCH_SM_WEIGHTS");
+  if (text == nullptr || *text == '\0') return SmWeightsSource::kNone;
+  const std::string value = text;
+  if (value == "stream") return SmWeightsSource::kStream;
+  if (value == "decode") return SmWeightsSource::kDecode;
+  throw_error("MLA_BENCH_SM_WEIGHTS must be 'stream' or 'decode' (or unset), got '{}'", value);
+}
+
+// Whether a launch gets a balanced twin: kFast's 16-row body on one grid row, launched combine.
+bool balanced_twin_applies(const kernels::MlaDecodeParams& variant) {
+  return variant.kernel == kernels::MlaDecodeKernel::kFast &&
+         kernels::decode_sm_balance_applies(
+             kernels::decode_launch_shape(variant.seqlen_q, variant.num_heads_q,
+                                          variant.num_heads_kv, variant.num_sms),
+             variant.num_heads_kv) &&
+         kernels::resolved_decode_combine(variant) != kernels::MlaDecodeCombine::kFused;
+}
+
 }  // namespace
 
 std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
@@ -213,12 +236,46 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
   const std::vector<DecodeBenchCase> cases = options.only
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);
+  // MLA_BENCH_SM_WEIGHTS (stream, decode; for measuring): every kFast variant that runs the 16-row
+  // body on one grid row also runs as a twin "<name>_smbal" on a plan balanced by SM, in its own
+  // workspace, timed interleaved with the others. The weights: the SMs' streaming rates
+  // (measure_sm_stream_weights(), once), or each row's own decode
+  // (decode_sm_weights_from_timeline() on the row's first such variant).
+  const SmWeightsSource sm_weights_source = sm_weights_source_from_environment();
+  std::vector<int32_t> stream_weights;
+  if (sm_weights_source == SmWeightsSource::kStream) {
+    stream_weights = kernels::measure_sm_stream_weights(cuda::current_device_info().num_sms, 9,
+                                                        size_t(8) << 20, stream);
+    std::vector<int32_t> present;
+    for (int32_t w : stream_weights)
+      if (w > 0) present.push_back(w);
+    std::sort(present.begin(), present.end());
+    if (!present.empty())
+      fmt::print("SM weights from streaming ({} SMs): {} / {} / {} MB/s (min / median / max)\n",
+                 present.size(), present.front(), present[present.size() / 2], present.back());
+  }
   size_t per_case = 0;
   for (kernels::MlaDecodeKernel kernel : options.kernels)
     per_case += kernel == kernels::MlaDecodeKernel::kFast
                     ? options.fast_schedules.size() * options.fast_combines.size()
                     : 1;
-  const size_t total = cases.size() * (per_case + (options.flashmla_same_run ? 1 : 0));
+  size_t total = cases.size() * (per_case + (options.flashmla_same_run ? 1 : 0));
+  if (sm_weights_source != SmWeightsSource::kNone) {
+    for (const DecodeBenchCase& config : cases) {
+      kernels::MlaDecodeParams probe;
+      probe.seqlen_q = config.seqlen_q;
+      probe.num_heads_q = config.num_heads_q;
+      probe.num_sms = num_sms;
+      probe.kernel = kernels::MlaDecodeKernel::kFast;
+      for (kernels::MlaDecodeKernel kernel : options.kernels)
+        for (kernels::MlaDecodeSchedule schedule : options.fast_schedules)
+          for (kernels::MlaDecodeCombine combine : options.fast_combines) {
+            probe.schedule = schedule;
+            probe.combine = combine;
+            if (kernel == kernels::MlaDecodeKernel::kFast && balanced_twin_applies(probe)) ++total;
+          }
+    }
+  }
   EventTimer timer(stream);
   std::vector<DecodeBenchRow> rows;
   for (const DecodeBenchCase& config : cases) {
@@ -321,6 +378,34 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
             names.back() += fmt::format("_{}", kernels::to_string(schedule));
           if (combine != kernels::MlaDecodeCombine::kAuto)
             names.back() += fmt::format("_{}", kernels::to_string(combine));
+        }
+      }
+    }
+    // The balanced twins (MLA_BENCH_SM_WEIGHTS), before the works take the variants' addresses.
+    cuda::DeviceBuffer<uint8_t> balanced_workspace(0);
+    cuda::DeviceBuffer<int32_t> d_sm_weights(0);
+    if (sm_weights_source != SmWeightsSource::kNone) {
+      std::vector<size_t> twins;
+      for (size_t k = 0; k < variants.size(); ++k)
+        if (balanced_twin_applies(variants[k])) twins.push_back(k);
+      if (!twins.empty()) {
+        const std::vector<int32_t> weights =
+            sm_weights_source == SmWeightsSource::kStream
+                ? stream_weights
+                : decode_sm_weights_from_timeline(variants[twins.front()], 5, stream);
+        d_sm_weights = cuda::DeviceBuffer<int32_t>(weights.size());
+        d_sm_weights.copy_from_host(weights, stream);
+        balanced_workspace = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
+        kernels::MlaDecodePlanParams balanced_plan = plan;
+        balanced_plan.workspace = balanced_workspace.data();
+        balanced_plan.sm_weights = d_sm_weights.data();
+        kernels::launch_mla_decode_plan(balanced_plan, stream);
+        for (size_t k : twins) {
+          kernels::MlaDecodeParams twin = variants[k];
+          twin.workspace = balanced_workspace.data();
+          twin.sm_balanced = true;
+          variants.push_back(twin);
+          names.push_back(names[k] + "_smbal");
         }
       }
     }

@@ -234,6 +234,74 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   return result;
 }
 
+std::vector<int32_t> decode_sm_weights_from_timeline(const kernels::MlaDecodeParams& params,
+                                                     int runs, cudaStream_t stream) {
+  MLA_CHECK_GE(runs, 1);
+  const kernels::DecodeLaunchShape shape = kernels::decode_launch_shape(
+      params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  if (!kernels::decode_sm_balance_applies(shape, params.num_heads_kv) ||
+      !kernels::decode_timeline_applies(params) || params.sm_balanced)
+    throw_error(
+        "SM weights from the decode need kFast's 16-row body on one grid row, on a plan "
+        "made without weights");
+  // Each part's cost units, from the plan in the workspace (part = CTA: one grid row).
+  const kernels::DecodeWorkspaceLayout layout = kernels::decode_workspace_layout(
+      params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
+  std::vector<int32_t> plan_words(
+      static_cast<size_t>(kernels::decode_plan_ints(params.batch, shape.num_parts)));
+  std::vector<int32_t> seqlens(static_cast<size_t>(params.batch));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(
+      plan_words.data(), static_cast<const uint8_t*>(params.workspace) + layout.plan_offset,
+      plan_words.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(seqlens.data(), params.seqlens, seqlens.size() * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const kernels::DecodePlanView plan{plan_words.data(), params.batch, shape.num_parts};
+  std::vector<double> part_units(static_cast<size_t>(shape.num_parts), 0.0);
+  for (int part = 0; part < shape.num_parts; ++part) {
+    kernels::PartPieceCursor cursor(plan, seqlens.data(), params.max_pages_per_seq, part);
+    kernels::DecodePiece piece;
+    for (bool more = cursor.first(&piece); more; more = cursor.next(&piece))
+      part_units[part] += piece.page_end - piece.page_begin + kernels::kDecodeFixedCostPages;
+  }
+
+  const int64_t words = kernels::mla_decode_timeline_words(params);
+  cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
+  L2Flush flush;
+  std::vector<std::vector<double>> rates;  // per run, units per ms by SM id
+  std::vector<bool> seen(kernels::kDecodeSmSlots, false);
+  for (int run = 0; run < runs; ++run) {
+    MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
+    flush.enqueue(stream, size_t(run));
+    kernels::launch_mla_decode_with_timeline(params, timeline.data(), stream);
+    const std::vector<uint64_t> host = timeline.to_host(stream);
+    const size_t ctas = cta_count(host);
+    std::vector<double> by_sm(kernels::kDecodeSmSlots, 0.0);
+    for (size_t cta = 0; cta < ctas && cta < part_units.size(); ++cta) {
+      const uint64_t sm = host[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))];
+      if (sm >= uint64_t(kernels::kDecodeSmSlots)) continue;
+      seen[sm] = true;
+      const uint64_t* ns = cta_stamps(host, cta);
+      if (ns[kQueriesSlot] == 0 || ns[kPagesDoneSlot] == 0) continue;
+      const double us = elapsed_us(ns[0], ns[kPagesDoneSlot]);
+      if (us > 0) by_sm[sm] = part_units[cta] / us * 1e3;
+    }
+    rates.push_back(std::move(by_sm));
+  }
+  const std::vector<double> mean_rate = means_over_runs(rates);
+  std::vector<double> measured;
+  for (double rate : mean_rate)
+    if (rate > 0) measured.push_back(rate);
+  const double fallback = measured.empty() ? 1.0 : median(measured);
+  std::vector<int32_t> weights(kernels::kDecodeSmSlots, 0);
+  for (int sm = 0; sm < kernels::kDecodeSmSlots; ++sm) {
+    if (!seen[sm]) continue;
+    const double rate = mean_rate[sm] > 0 ? mean_rate[sm] : fallback;
+    weights[sm] = std::max(1, static_cast<int32_t>(std::min(std::lround(rate), 2000000000L)));
+  }
+  return weights;
+}
+
 std::string format_decode_timeline(const DecodeTimeline& timeline, const std::string& label) {
   std::string text = fmt::format(
       "timeline {}: {} of {} split-KV CTAs have work; µs after the stamp before the op (min / "

@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mla/kernels/mla_decode.h"
 
@@ -50,6 +52,16 @@ struct DecodeTimeline {
 // params: a planned decode (launch_mla_decode_plan already run on `stream`).
 DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, int runs,
                                        int sm_clock_khz, cudaStream_t stream);
+
+// Each SM's rate in the decode itself, as a plan balanced by SM takes them
+// (MlaDecodePlanParams::sm_weights): `runs` timeline launches of `params` (kFast's 16-row body on
+// a plan made without weights, already run on `stream`), each after an L2 flush; per CTA with
+// work, its part's cost units (pages + kDecodeFixedCostPages per piece) over the time from its
+// entry to its pages computed, by the SM it ran on; the mean over the runs, in units per ms.
+// int32[kDecodeSmSlots]: an SM seen only without work gets the median of the others, one never
+// seen 0.
+std::vector<int32_t> decode_sm_weights_from_timeline(const kernels::MlaDecodeParams& params,
+                                                     int runs, cudaStream_t stream);
 
 // A few lines of text: the phases' times after the stamp and their durations inside a CTA.
 std::string format_decode_timeline(const DecodeTimeline& timeline, const std::string& label);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs ON the lent H200: the decode plan balanced by SM against the usual plan
+# (docs/kernels/mla_decode.md, "Eighteenth session"), in one call:
+#   1. builds the tree for sm_90a and runs the whole GPU label (the balanced plan's tests are in
+#      it: MlaDecodeGpuSmBalanced.*, and SmStreamGpu.*);
+#   2. timelines of b = 128, h_q = 16 at 4k / 8k / 32k with streaming weights: the usual plan's
+#      per-SM finish against the streaming kernel's per-SM rate ("with the decode's per-SM
+#      finish"), and the balanced twin's finish spread;
+#   3. per weights source (stream: the SMs' streaming rates; decode: the row's own decode) and row,
+#      MLA_SB_REPS processes (default 2) of `mla bench decode --only ROW --kernel fast`: fast and
+#      its balanced twin fast_smbal timed interleaved in one process (medians of 30 runs each);
+#   4. per source and row, the median over the processes of fast_smbal / fast, and its geometric
+#      mean over the rows (scripts/gpu/sm_balance_summary.py).
+# Output under $OUT: build.log, ptxas.txt, ctest.log, timelines.txt, rows.jsonl (one line per
+# process and row), summary.txt. Environment: MLA_SB_REPS, MLA_SB_ROWS (b,s_q,h_q,s_k
+# ..., default the 16-row rows of the sweep that matter: b = 128 at 4k, 8k, 32k and varlen, b = 32
+# and 8 at 4k, b = 1 at 1k and 32k), MLA_SB_SKIP_TESTS=1 (not for a call whose results decide
+# anything). Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+source scripts/gpu/common.sh
+out="${OUT:-/tmp/mla-out}"
+mkdir -p "$out"
+reps="${MLA_SB_REPS:-2}"
+rows="${MLA_SB_ROWS:-128,1,16,4096 128,1,16,8192 128,1,16,32768 128,1,16,0 32,1,16,4096 8,1,16,4096 1,1,16,1024 1,1,16,32768}"
+
+t0=$(date +%s)
+date -u
+echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)"
+if ! { mla_gpu_configure . build-gpu -DMLA_BUILD_PYTHON=OFF && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+  echo "BUILD FAILED"
+  grep -E "error" "$out/build.log" | head -20
+  exit 1
+fi
+grep -E "Compiling entry|registers|spill|C75[0-9][0-9]" "$out/build.log" >"$out/ptxas.txt"
+echo "built ($(($(date +%s) - t0)) s)"
+
+if [ -z "${MLA_SB_SKIP_TESTS:-}" ]; then
+  ctest_args=(-L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-300}")
+  (cd build-gpu && ctest "${ctest_args[@]}" -j 4 -E "$MLA_GPU_SERIAL_TESTS") >"$out/ctest.log" 2>&1
+  (cd build-gpu && ctest "${ctest_args[@]}" -R "$MLA_GPU_SERIAL_TESTS") >>"$out/ctest.log" 2>&1
+  grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log"
+  grep -E -A8 "Failure$" "$out/ctest.log" | head -80
+else
+  echo "MLA_SB_SKIP_TESTS: the GPU label was not run"
+fi
+echo "tests done ($(($(date +%s) - t0)) s)"
+
+for row in 128,1,16,32768 128,1,16,8192 128,1,16,4096; do
+  MLA_BENCH_SM_WEIGHTS=stream build-gpu/mla bench decode --only "$row" --kernel fast --timeline \
+    --flashmla-ref '' >>"$out/timelines.txt" 2>&1 || echo "timeline of $row failed"
+done
+grep -E "^timeline|correlation|streaming|SM weights" "$out/timelines.txt"
+echo "timelines done ($(($(date +%s) - t0)) s)"
+
+: >"$out/rows.jsonl"
+for rep in $(seq "$reps"); do
+  for source in stream decode; do
+    for row in $rows; do
+      json="build-gpu/sb-$source-$rep.json"
+      if MLA_BENCH_SM_WEIGHTS=$source build-gpu/mla bench decode --only "$row" --kernel fast \
+        --flashmla-ref '' --json "$json" >/dev/null 2>&1; then
+        python3 - "$json" "$source" "$rep" "$row" >>"$out/rows.jsonl" <<'EOF'
+import json, sys
+path, source, rep, row = sys.argv[1:]
+data = json.load(open(path))
+rows = data["rows"] if isinstance(data, dict) else data
+us = {r["kernel"]: r["us"] for r in rows}
+print(json.dumps({"source": source, "rep": int(rep), "row": row, "us": us}))
+EOF
+      else
+        echo "$source $row (rep $rep) failed"
+      fi
+    done
+  done
+done
+python3 scripts/gpu/sm_balance_summary.py "$out/rows.jsonl" | tee "$out/summary.txt"
+echo "done ($(($(date +%s) - t0)) s)"
