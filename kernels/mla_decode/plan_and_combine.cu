@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kPlanThreads)
       scan_sequence_costs(args, cost_begin, scan_storage.ints, &carry, &max_seq_cost);
 
   // The parts' first units: U_p = floor(total · W_p / W) (no weight positive: all weigh 1).
-  const int64_t weight = tid < num_parts ? (num_weighted > 0 ? part_weight[tid] : 1) : 0;
+  const int64_t weight =
+      tid < num_parts ? (num_weighted > 0 ? part_share_weight(part_weight[tid]) : 1) : 0;
   int64_t weight_prefix, weight_total;
   WeightScan(scan_storage.weights).ExclusiveSum(weight, weight_prefix, weight_total);
   if (tid < num_parts)

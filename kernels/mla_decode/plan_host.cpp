@@ -66,13 +66,14 @@ std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int 
   int32_t* part_first_seq = split_begin + batch + 1;
   const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
   const int total_cost = cost_begin[batch];
-  // The weights' prefix (negative weights count as 0; none positive: all weigh 1), then the
+  // The weights' prefix (part_share_weight(); none positive: all weigh 1), then the
   // parts' first units and one past the last part.
   bool any_positive = false;
   for (int part = 0; part < num_parts; ++part) any_positive = any_positive || weights[part] > 0;
   std::vector<int64_t> weight_prefix(num_parts + 1, 0);
   for (int part = 0; part < num_parts; ++part)
-    weight_prefix[part + 1] = weight_prefix[part] + (any_positive ? std::max(weights[part], 0) : 1);
+    weight_prefix[part + 1] =
+        weight_prefix[part] + (any_positive ? part_share_weight(weights[part]) : 1);
   std::vector<int32_t> unit_begin(num_parts + 1, total_cost);
   for (int part = 0; part < num_parts; ++part)
     unit_begin[part] =

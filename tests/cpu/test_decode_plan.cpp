@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -372,6 +374,253 @@ TEST(DecodeWeightedPlan, RandomBatchesAndWeights) {
       weights[0] = 1;
     check_weighted_plan(seqlens, weights, (max_len + 63) / 64);
   }
+}
+
+// A weighted plan in which no weight is positive is the plan in which every part weighs 1.
+TEST(DecodeWeightedPlan, NoPositiveWeightMeansEveryPartWeighsOne) {
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 150)(rng);
+    const int num_parts = std::uniform_int_distribution<int>(1, 140)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 20000)(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
+    const int max_pages = (max_len + 63) / 64;
+    const std::vector<int32_t> ones(num_parts, 1);
+    const std::vector<int32_t> want =
+        make_decode_weighted_plan_host(seqlens.data(), batch, ones.data(), num_parts, max_pages);
+    std::vector<int32_t> zeros(num_parts, 0), negative(num_parts), mixed(num_parts);
+    for (int32_t& w : negative) w = -std::uniform_int_distribution<int>(1, 1000000)(rng);
+    for (int part = 0; part < num_parts; ++part) mixed[part] = part % 2 == 0 ? 0 : negative[part];
+    if (num_parts > 1) negative[num_parts - 1] = INT32_MIN;
+    for (const auto& [name, weights] :
+         {std::pair{"zeros", &zeros}, std::pair{"negative", &negative}, std::pair{"mixed", &mixed}})
+      EXPECT_EQ(make_decode_weighted_plan_host(seqlens.data(), batch, weights->data(), num_parts,
+                                               max_pages),
+                want)
+          << name << ", trial " << trial << ", batch " << batch << ", parts " << num_parts;
+  }
+}
+
+// The SM → part table built the obvious way: the slots with a positive weight in %smid order,
+// then the others in order; the p-th slot of that order holds part p (p < num_parts), every other
+// slot -1; a part weighs its slot's weight, or 0 for a slot without a positive one.
+struct ExpectedSmTable {
+  std::vector<int32_t> part_of_slot;
+  std::vector<int32_t> part_weights;
+};
+ExpectedSmTable expected_sm_table(const std::vector<int32_t>& sm_weights, int num_parts) {
+  std::vector<int> order;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot)
+    if (sm_weights[slot] > 0) order.push_back(slot);
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot)
+    if (sm_weights[slot] <= 0) order.push_back(slot);
+  ExpectedSmTable table;
+  table.part_of_slot.assign(kDecodeSmSlots, -1);
+  table.part_weights.assign(num_parts, 0);
+  for (int part = 0; part < num_parts && part < kDecodeSmSlots; ++part) {
+    table.part_of_slot[order[part]] = part;
+    table.part_weights[part] = std::max(sm_weights[order[part]], 0);
+  }
+  return table;
+}
+
+void check_sm_table(const std::vector<int32_t>& sm_weights, int num_parts,
+                    const std::string& label) {
+  SCOPED_TRACE(label);
+  ASSERT_EQ(static_cast<int>(sm_weights.size()), kDecodeSmSlots);
+  ASSERT_LE(num_parts, kDecodeSmSlots);
+  std::vector<int32_t> part_weights = {-7};  // replaced, not appended to
+  const std::vector<int32_t> table =
+      make_decode_sm_part_table_host(sm_weights.data(), num_parts, &part_weights);
+  const ExpectedSmTable want = expected_sm_table(sm_weights, num_parts);
+  EXPECT_EQ(table, want.part_of_slot);
+  EXPECT_EQ(part_weights, want.part_weights);
+  // Every part in exactly one slot; the other slots empty.
+  ASSERT_EQ(static_cast<int>(table.size()), kDecodeSmSlots);
+  std::vector<int> slots_of_part(num_parts, 0);
+  for (int32_t part : table) {
+    if (part < 0) {
+      EXPECT_EQ(part, -1);
+      continue;
+    }
+    ASSERT_LT(part, num_parts);
+    ++slots_of_part[part];
+  }
+  for (int part = 0; part < num_parts; ++part) EXPECT_EQ(slots_of_part[part], 1) << "part " << part;
+  EXPECT_EQ(std::count(table.begin(), table.end(), -1), kDecodeSmSlots - num_parts);
+  // The weighted slots hold parts 0, 1, 2... in %smid order.
+  int next_weighted_part = 0;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot) {
+    if (sm_weights[slot] <= 0) continue;
+    EXPECT_EQ(table[slot], next_weighted_part < num_parts ? next_weighted_part : -1)
+        << "weighted slot " << slot;
+    ++next_weighted_part;
+  }
+}
+
+TEST(DecodeSmBalancedPlan, TableGivesEveryPartOneSlot) {
+  std::mt19937 rng(77);
+  auto weights_on = [&](int begin, int end, int low, int high) {
+    std::vector<int32_t> weights(kDecodeSmSlots, 0);
+    for (int slot = begin; slot < end; ++slot)
+      weights[slot] = std::uniform_int_distribution<int>(low, high)(rng);
+    return weights;
+  };
+  const std::vector<int32_t> device = weights_on(0, 132, 800, 1000);
+  check_sm_table(device, 132, "132 weighted SMs, 132 parts");
+  check_sm_table(device, 100, "132 weighted SMs, 100 parts: the extra weighted slots get -1");
+  check_sm_table(device, 200, "132 weighted SMs, 200 parts: 68 unweighted slots take the rest");
+  check_sm_table(device, 1, "one part");
+  std::vector<int32_t> holes = device;
+  for (int slot : {0, 5, 17, 64, 131}) holes[slot] = 0;
+  holes[40] = -5;
+  holes[90] = INT32_MIN;
+  check_sm_table(holes, 132, "a few zeros and negative weights: unweighted");
+  check_sm_table(std::vector<int32_t>(kDecodeSmSlots, 0), 132, "all zero");
+  check_sm_table(std::vector<int32_t>(kDecodeSmSlots, 0), 1, "all zero, one part");
+  check_sm_table(std::vector<int32_t>(kDecodeSmSlots, -3), 77, "all negative");
+  check_sm_table(weights_on(200, 256, 1, 1000), 132, "only slots 200..255 weighted");
+  check_sm_table(weights_on(200, 256, 1, 1000), 40, "only slots 200..255 weighted, 40 parts");
+  check_sm_table(std::vector<int32_t>(kDecodeSmSlots, INT32_MAX), 132, "INT32_MAX everywhere");
+  check_sm_table(weights_on(0, 256, 1, 5), 256, "every slot weighted, 256 parts");
+  check_sm_table(weights_on(0, 256, 1, 5), 1, "every slot weighted, one part");
+  std::vector<int32_t> last_only(kDecodeSmSlots, 0);
+  last_only[255] = 9;
+  check_sm_table(last_only, 1, "only slot 255 weighted, one part");
+  check_sm_table(last_only, 256, "only slot 255 weighted, 256 parts");
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> weights(kDecodeSmSlots);
+    const int zero_percent = std::uniform_int_distribution<int>(0, 100)(rng);
+    for (int32_t& w : weights) {
+      const int kind = std::uniform_int_distribution<int>(0, 99)(rng);
+      w = kind < zero_percent ? (kind % 3 == 0 ? -std::uniform_int_distribution<int>(1, 9)(rng) : 0)
+                              : std::uniform_int_distribution<int>(1, 1000)(rng);
+    }
+    const int num_parts = std::uniform_int_distribution<int>(1, kDecodeSmSlots)(rng);
+    check_sm_table(weights, num_parts, "random, trial " + std::to_string(trial));
+  }
+}
+
+// make_decode_sm_balanced_plan_host(): the weighted plan over the table's part weights (the
+// weights the table gives each part, built here the obvious way), and the table itself.
+TEST(DecodeSmBalancedPlan, IsTheWeightedPlanOverTheTable) {
+  std::mt19937 rng(78);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 300)(rng);
+    const int num_parts = std::uniform_int_distribution<int>(1, kDecodeSmSlots)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 20000)(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(-5, max_len)(rng);
+    seqlens[0] = max_len + 100;  // clamped
+    const int max_pages = (max_len + 63) / 64;
+    std::vector<int32_t> sm_weights(kDecodeSmSlots, 0);
+    const int pattern = trial % 5;
+    for (int slot = 0; slot < kDecodeSmSlots; ++slot) {
+      int32_t w = 0;
+      if (pattern == 0 && slot < 132) w = std::uniform_int_distribution<int>(800, 1000)(rng);
+      if (pattern == 1 && slot < 132 && slot % 7 != 0)
+        w = std::uniform_int_distribution<int>(800, 1000)(rng);
+      if (pattern == 3 && slot >= 200) w = std::uniform_int_distribution<int>(1, 1000)(rng);
+      if (pattern == 4) w = std::uniform_int_distribution<int>(-1000, 1000)(rng);
+      sm_weights[slot] = w;  // pattern 2: all zero
+    }
+    const ExpectedSmTable want_table = expected_sm_table(sm_weights, num_parts);
+    std::vector<int32_t> part_of_slot = {1, 2, 3};
+    const std::vector<int32_t> plan = make_decode_sm_balanced_plan_host(
+        seqlens.data(), batch, sm_weights.data(), num_parts, max_pages, &part_of_slot);
+    EXPECT_EQ(part_of_slot, want_table.part_of_slot) << "trial " << trial;
+    EXPECT_EQ(plan,
+              make_decode_weighted_plan_host(seqlens.data(), batch, want_table.part_weights.data(),
+                                             num_parts, max_pages))
+        << "trial " << trial << ", pattern " << pattern;
+    // And that plan is a valid weighted plan (every page once, dense splits, shares by weight).
+    if (std::any_of(want_table.part_weights.begin(), want_table.part_weights.end(),
+                    [](int32_t w) { return w > 0; }))
+      check_weighted_plan(seqlens, want_table.part_weights, max_pages);
+  }
+}
+
+// WeightedPartPieceCursor (the balanced body's) walks a usual plan exactly like PartPieceCursor:
+// the same pieces of every part, and the same page stream for the kernels' look-ahead.
+void expect_cursors_agree(const std::vector<int32_t>& seqlens, int num_parts, int max_pages,
+                          int min_cost_per_part) {
+  const int batch = static_cast<int>(seqlens.size());
+  const std::vector<int32_t> data =
+      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages, min_cost_per_part);
+  const DecodePlanView plan{data.data(), batch, num_parts};
+  auto tuple_of = [](const DecodePiece& piece) {
+    return std::vector<int>{piece.seq,      piece.seqlen,      piece.page_begin,
+                            piece.page_end, piece.split_index, piece.num_splits};
+  };
+  for (int part = 0; part < num_parts; ++part) {
+    SCOPED_TRACE(testing::Message()
+                 << "batch " << batch << ", parts " << num_parts << ", max pages " << max_pages
+                 << ", min cost " << min_cost_per_part << ", part " << part);
+    // The usual plan's records hold p · C as their first unit.
+    EXPECT_EQ(plan.part_records()[part].first_unit, part * plan.cost_per_part());
+    PartPieceCursor usual(plan, seqlens.data(), max_pages, part);
+    WeightedPartPieceCursor weighted(plan, seqlens.data(), max_pages, part);
+    DecodePiece usual_piece, weighted_piece;
+    const bool usual_has = usual.first(&usual_piece);
+    const bool weighted_has = weighted.first(&weighted_piece);
+    ASSERT_EQ(usual_has, weighted_has);
+    PartPageStream usual_stream(usual, usual_has, usual_piece);
+    PartPageStreamOf<WeightedPartPieceCursor> weighted_stream(weighted, weighted_has,
+                                                              weighted_piece);
+    std::vector<std::vector<int>> usual_pieces, weighted_pieces;
+    for (bool more = usual_has; more; more = usual.next(&usual_piece))
+      usual_pieces.push_back(tuple_of(usual_piece));
+    for (bool more = weighted_has; more; more = weighted.next(&weighted_piece))
+      weighted_pieces.push_back(tuple_of(weighted_piece));
+    EXPECT_EQ(weighted_pieces, usual_pieces);
+    std::vector<std::pair<int, int>> usual_pages, weighted_pages;
+    for (int seq, page; usual_stream.next(&seq, &page);) usual_pages.emplace_back(seq, page);
+    for (int seq, page; weighted_stream.next(&seq, &page);) weighted_pages.emplace_back(seq, page);
+    EXPECT_EQ(weighted_pages, usual_pages);
+    int pages_in_pieces = 0;
+    for (const auto& piece : usual_pieces) pages_in_pieces += piece[3] - piece[2];
+    EXPECT_EQ(static_cast<int>(usual_pages.size()), pages_in_pieces);
+  }
+}
+
+TEST(DecodePlan, WeightedCursorWalksTheUsualPlan) {
+  expect_cursors_agree(std::vector<int32_t>(128, 4096), 132, 64, 0);
+  expect_cursors_agree({131072}, 132, 2048, 0);
+  expect_cursors_agree({131072}, 132, 2048, 16);
+  expect_cursors_agree({0, 1, 63, 64, 65, 0, 127, 128, 129, 0}, 7, 3, 0);
+  expect_cursors_agree({1000, -5, 200}, 3, 4, 100);
+  expect_cursors_agree({0, 0, 0}, 132, 1, 0);
+  std::mt19937 rng(44);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int batch = std::uniform_int_distribution<int>(1, 300)(rng);
+    const int max_len = std::uniform_int_distribution<int>(1, 20000)(rng);
+    const int num_parts = std::uniform_int_distribution<int>(1, 132)(rng);
+    const int min_cost = trial % 2 == 0 ? 0 : std::uniform_int_distribution<int>(1, 64)(rng);
+    // Ragged (0 included, some negative), and some lengths past the block table's capacity.
+    const int max_pages = std::max(1, (max_len + 63) / 64 - (trial % 3 == 0 ? 3 : 0));
+    std::vector<int32_t> seqlens(batch);
+    for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(-3, max_len)(rng);
+    if (trial % 4 == 0)
+      for (int32_t& len : seqlens) len = std::max(len, 0) % 3 == 0 ? 0 : len;
+    expect_cursors_agree(seqlens, num_parts, max_pages, min_cost);
+  }
+}
+
+TEST(DecodeSmBalancedPlan, AppliesToOneGridRowOf16RowTiles) {
+  EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(1, 16, 1, 132), 1));
+  EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(1, 8, 1, 132), 1));
+  EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(1, 1, 1, 132), 1));
+  EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(2, 8, 1, 132), 1));   // 16 rows
+  EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(1, 16, 1, 256), 1));  // 256 parts
+  for (int heads : {32, 64, 128})
+    EXPECT_FALSE(decode_sm_balance_applies(decode_launch_shape(1, heads, 1, 132), 1)) << heads;
+  EXPECT_FALSE(decode_sm_balance_applies(decode_launch_shape(2, 16, 1, 132), 1));  // 32 rows
+  // h_kv 2 with 16 rows per kv head: two grid rows.
+  EXPECT_FALSE(decode_sm_balance_applies(decode_launch_shape(1, 32, 2, 132), 2));
+  // More parts than the table has slots.
+  EXPECT_FALSE(decode_sm_balance_applies(decode_launch_shape(1, 16, 1, 300), 1));
+  EXPECT_FALSE(decode_sm_balance_applies(decode_launch_shape(1, 16, 1, 257), 1));
 }
 
 }  // namespace

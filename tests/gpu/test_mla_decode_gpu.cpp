@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -715,4 +716,592 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
   EXPECT_THROW(run_decode(gpu, pv_first, nullptr, trace.data()), mla::Error);
 }
 
+// ---- The plan balanced by SM (MlaDecodePlanParams::sm_weights, MlaDecodeParams::sm_balanced) ----
+// The device plan against its host twin word for word (plan, SM → part table, its working copy),
+// and kFast's balanced 16-row body against the CPU reference: each CTA claims a part from its SM's
+// slot (or any other's), so which SM runs which part may change from run to run, but each part's
+// result may not (runs are bit-identical).
+namespace {
+
+using kernels::kDecodeSmSlots;
+
+// Weight patterns (sm_weights[%smid]).
+enum class SmWeights {
+  kRandom,           // 800..1000 on the device's SMs, 0 elsewhere
+  kRandomWithZeros,  // the same with a few SMs at 0
+  kAllZero,          // none positive: every part weighs 1
+  kHighSlots,        // only slots 200..255 weighted: most CTAs find their own slot empty or idle
+  kInt32Max,         // INT32_MAX on every slot (the 64-bit shares must not overflow)
+  kNegative,         // negative everywhere (counts as unweighted: every part weighs 1)
+  kMixedSigns,       // negative and positive on the device's SMs
+  kFourSms,          // four SMs weighted: most parts have no units
+};
+const char* name_of(SmWeights pattern) {
+  switch (pattern) {
+    case SmWeights::kRandom:
+      return "random";
+    case SmWeights::kRandomWithZeros:
+      return "random with zeros";
+    case SmWeights::kAllZero:
+      return "all zero";
+    case SmWeights::kHighSlots:
+      return "slots 200..255";
+    case SmWeights::kInt32Max:
+      return "INT32_MAX";
+    case SmWeights::kNegative:
+      return "negative";
+    case SmWeights::kMixedSigns:
+      return "mixed signs";
+    case SmWeights::kFourSms:
+      return "four SMs";
+  }
+  return "?";
+}
+
+std::vector<int32_t> sm_weights_of(SmWeights pattern, std::mt19937& rng) {
+  std::vector<int32_t> weights(kDecodeSmSlots, 0);
+  const int sms = std::min(num_sms(), kDecodeSmSlots);
+  auto random = [&](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(rng);
+  };
+  switch (pattern) {
+    case SmWeights::kRandom:
+      for (int slot = 0; slot < sms; ++slot) weights[slot] = random(800, 1000);
+      break;
+    case SmWeights::kRandomWithZeros:
+      for (int slot = 0; slot < sms; ++slot) weights[slot] = slot % 9 == 4 ? 0 : random(800, 1000);
+      break;
+    case SmWeights::kAllZero:
+      break;
+    case SmWeights::kHighSlots:
+      for (int slot = 200; slot < kDecodeSmSlots; ++slot) weights[slot] = random(800, 1000);
+      break;
+    case SmWeights::kInt32Max:
+      std::fill(weights.begin(), weights.end(), INT32_MAX);
+      break;
+    case SmWeights::kNegative:
+      for (int32_t& weight : weights) weight = -random(1, 1000);
+      weights[7] = INT32_MIN;
+      break;
+    case SmWeights::kMixedSigns:
+      for (int slot = 0; slot < sms; ++slot)
+        weights[slot] = slot % 3 == 0 ? -random(1, 1000) : random(800, 1000);
+      break;
+    case SmWeights::kFourSms:
+      for (int slot : {1, 2, sms / 2, sms - 1}) weights[slot] = random(800, 1000);
+      break;
+  }
+  return weights;
+}
+
+cuda::DeviceBuffer<int32_t> device_weights(const std::vector<int32_t>& weights) {
+  cuda::DeviceBuffer<int32_t> buffer(weights.size());
+  buffer.copy_from_host(weights);
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+  return buffer;
+}
+
+// `count` int32 words of device memory at `base` + `offset` bytes.
+std::vector<int32_t> read_words(const void* base, size_t offset, size_t count) {
+  std::vector<int32_t> words(count);
+  MLA_CUDA_CHECK(cudaMemcpy(words.data(), static_cast<const uint8_t*>(base) + offset,
+                            count * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return words;
+}
+
+// One balanced launch's choices: the plan's weights (null: the usual plan) and the launch.
+struct BalancedRun {
+  const int32_t* sm_weights = nullptr;
+  bool sm_balanced = true;
+  MlaDecodeKernel kernel = MlaDecodeKernel::kFast;
+  MlaDecodeCombine combine = MlaDecodeCombine::kLaunched;
+};
+
+kernels::MlaDecodePlanParams balanced_plan_params(const bench::GpuDecodeProblem& gpu,
+                                                  const BalancedRun& run) {
+  kernels::MlaDecodePlanParams plan = gpu.plan_params();
+  plan.sm_weights = run.sm_weights;
+  return plan;
+}
+kernels::MlaDecodeParams balanced_decode_params(const bench::GpuDecodeProblem& gpu,
+                                                const BalancedRun& run) {
+  kernels::MlaDecodeParams params = gpu.decode_params();
+  params.kernel = run.kernel;
+  params.combine = run.combine;
+  params.sm_balanced = run.sm_balanced;
+  return params;
+}
+
+// poison → plan (with the weights) → decode (balanced), like run_decode; `layers` launches on
+// the one plan. timeline: launch_mla_decode_with_timeline() into it instead.
+bench::DecodeOutputs run_balanced(bench::GpuDecodeProblem& gpu, const BalancedRun& run,
+                                  uint64_t* timeline = nullptr) {
+  gpu.poison_outputs(nullptr);
+  kernels::launch_mla_decode_plan(balanced_plan_params(gpu, run), nullptr);
+  const kernels::MlaDecodeParams params = balanced_decode_params(gpu, run);
+  if (timeline != nullptr)
+    kernels::launch_mla_decode_with_timeline(params, timeline, nullptr);
+  else
+    kernels::launch_mla_decode(params, nullptr);
+  return gpu.fetch(nullptr);
+}
+
+bool bit_identical(const bench::DecodeOutputs& a, const bench::DecodeOutputs& b) {
+  return a.out.size() == b.out.size() && a.lse.size() == b.lse.size() &&
+         std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)) == 0 &&
+         std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0;
+}
+
+void expect_matches_reference(const bench::DecodeOutputs& got, const Reference& want,
+                              const std::string& label) {
+  const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+  EXPECT_EQ(c.nan_count, 0u) << label << ": NaN in the output (unwritten or poisoned)";
+  EXPECT_EQ(c.inf_mismatch, 0u) << label
+                                << ": infinite lse where the reference has none, or vice versa";
+  EXPECT_LE(c.relative_l2, kMaxRelativeL2) << label;
+  EXPECT_LE(c.max_lse_relative, kMaxLseRelative) << label;
+}
+
+// The shape of a problem runs the balanced body (else the test would check the production one).
+bool balance_applies(const bench::GpuDecodeProblem& gpu) {
+  const kernels::MlaDecodeParams params = gpu.decode_params();
+  return kernels::decode_sm_balance_applies(
+      kernels::decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv,
+                                   params.num_sms),
+      params.num_heads_kv);
+}
+
+// The SM table of a plan made for `gpu` with these weights, from the host twin.
+std::vector<int32_t> host_sm_table(const bench::GpuDecodeProblem& gpu,
+                                   const std::vector<int32_t>& weights) {
+  const kernels::MlaDecodePlanParams plan = gpu.plan_params();
+  const kernels::DecodeLaunchShape shape = kernels::decode_launch_shape(
+      plan.seqlen_q, plan.num_heads_q, plan.num_heads_kv, plan.num_sms);
+  std::vector<int32_t> part_weights;
+  return kernels::make_decode_sm_part_table_host(weights.data(), shape.num_parts, &part_weights);
+}
+
+// The table and its working copy as the device holds them now.
+struct DeviceSmTable {
+  std::vector<int32_t> table, slots;
+};
+DeviceSmTable read_sm_table(const bench::GpuDecodeProblem& gpu) {
+  const kernels::MlaDecodePlanParams plan = gpu.plan_params();
+  const kernels::DecodeWorkspaceLayout layout = kernels::decode_workspace_layout(
+      plan.batch, plan.seqlen_q, plan.num_heads_q, plan.num_heads_kv, plan.num_sms);
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {read_words(plan.workspace, layout.sm_part_table_offset, kDecodeSmSlots),
+          read_words(plan.workspace, layout.sm_part_slots_offset, kDecodeSmSlots)};
+}
+
+// The device plan for `weights` (null: none) against the host twin, word for word: the plan, the
+// SM table and its working copy, the combine counters zeroed. h_q 16, s_q 1 applies (the balanced
+// plan); other shapes get the usual plan and empty tables.
+void check_device_plan(const std::vector<int32_t>& seqlens, int heads, int seqlen_q,
+                       const std::vector<int32_t>* weights, const std::string& label) {
+  SCOPED_TRACE(label);
+  const int batch = static_cast<int>(seqlens.size());
+  const int max_pages = 3000 / 64 + 1;
+  const kernels::DecodeLaunchShape shape =
+      kernels::decode_launch_shape(seqlen_q, heads, 1, num_sms());
+  cuda::DeviceBuffer<int32_t> d_seqlens(seqlens.size());
+  d_seqlens.copy_from_host(seqlens);
+  cuda::DeviceBuffer<int32_t> d_weights(kDecodeSmSlots);
+  if (weights != nullptr) d_weights.copy_from_host(*weights);
+  const size_t bytes = kernels::mla_decode_workspace_size(batch, seqlen_q, heads, 1, num_sms());
+  cuda::DeviceBuffer<uint8_t> workspace(bytes);
+  MLA_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, bytes));
+  kernels::MlaDecodePlanParams params;
+  params.seqlens = d_seqlens.data();
+  params.batch = batch;
+  params.seqlen_q = seqlen_q;
+  params.num_heads_q = heads;
+  params.num_sms = num_sms();
+  params.max_pages_per_seq = max_pages;
+  params.workspace = workspace.data();
+  params.workspace_bytes = bytes;
+  params.sm_weights = weights != nullptr ? d_weights.data() : nullptr;
+  kernels::launch_mla_decode_plan(params, nullptr);
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const bool balanced = weights != nullptr && kernels::decode_sm_balance_applies(shape, 1);
+  std::vector<int32_t> want_table(kDecodeSmSlots, -1);
+  const std::vector<int32_t> want =
+      balanced ? kernels::make_decode_sm_balanced_plan_host(seqlens.data(), batch, weights->data(),
+                                                            shape.num_parts, max_pages, &want_table)
+               : kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
+                                                kernels::plan_min_cost_per_part(params));
+  const kernels::DecodeWorkspaceLayout layout =
+      kernels::decode_workspace_layout(batch, seqlen_q, heads, 1, num_sms());
+  ASSERT_EQ(int64_t(want.size()), kernels::decode_plan_ints(batch, shape.num_parts));
+  EXPECT_EQ(read_words(workspace.data(), layout.plan_offset, want.size()), want) << "the plan";
+  EXPECT_EQ(read_words(workspace.data(), layout.sm_part_table_offset, kDecodeSmSlots), want_table)
+      << "the SM → part table";
+  EXPECT_EQ(read_words(workspace.data(), layout.sm_part_slots_offset, kDecodeSmSlots), want_table)
+      << "the table's working copy";
+  const std::vector<int32_t> counters = read_words(workspace.data(), layout.combine_counters_offset,
+                                                   size_t(layout.num_combine_counters));
+  EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), int64_t(counters.size()))
+      << "combine counters not zeroed";
+}
+
+TEST(MlaDecodeGpuSmBalanced, PlanEqualsHostPlan) {
+  MLA_REQUIRE_SM90_GPU();
+  ASSERT_TRUE(
+      kernels::decode_sm_balance_applies(kernels::decode_launch_shape(1, 16, 1, num_sms()), 1))
+      << "this device's SM count (" << num_sms() << ") leaves no shape balanced by SM";
+  std::mt19937 rng(17);
+  for (int batch : {1, 5, 64, 1500, 3000}) {
+    // Ragged, one negative (empty) and one beyond the block table's capacity (clamped); batches
+    // larger than one scan chunk of the plan kernel.
+    std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
+    seqlens[0] = -3;
+    seqlens.back() = 5000;
+    for (SmWeights pattern : {SmWeights::kRandom, SmWeights::kRandomWithZeros, SmWeights::kAllZero,
+                              SmWeights::kHighSlots, SmWeights::kInt32Max, SmWeights::kNegative,
+                              SmWeights::kMixedSigns, SmWeights::kFourSms}) {
+      const std::vector<int32_t> weights = sm_weights_of(pattern, rng);
+      check_device_plan(seqlens, 16, 1, &weights,
+                        fmt::format("batch {}, weights {}", batch, name_of(pattern)));
+    }
+    // No weights: the usual plan, the table and its copy all -1.
+    check_device_plan(seqlens, 16, 1, nullptr, fmt::format("batch {}, no weights", batch));
+    // Weights, but a shape that does not apply: the usual plan, the table all -1.
+    const std::vector<int32_t> weights = sm_weights_of(SmWeights::kRandom, rng);
+    check_device_plan(seqlens, 128, 1, &weights, fmt::format("batch {}, h_q 128", batch));
+    check_device_plan(seqlens, 16, 2, &weights, fmt::format("batch {}, s_q 2", batch));
+  }
+}
+
+// The balanced decode of `spec` for each weight pattern (and the launched combine, forced and by
+// kAuto) against the CPU reference; two runs of each are bit-identical.
+void check_balanced_against_reference(const ref::PagedDecodeProblemSpec& spec,
+                                      const std::string& label, int sms = 0) {
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  const Reference want = run_reference(problem);
+  bench::GpuDecodeProblem gpu(problem, sms > 0 ? sms : num_sms());
+  ASSERT_TRUE(balance_applies(gpu)) << label << ": the shape does not run the balanced body";
+  std::mt19937 rng(uint32_t(spec.seed));
+  for (SmWeights pattern : {SmWeights::kRandom, SmWeights::kHighSlots, SmWeights::kFourSms}) {
+    const std::vector<int32_t> weights = sm_weights_of(pattern, rng);
+    const cuda::DeviceBuffer<int32_t> d_weights = device_weights(weights);
+    for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kAuto}) {
+      const std::string run_label = fmt::format("{}, weights {}, combine {}", label,
+                                                name_of(pattern), kernels::to_string(combine));
+      BalancedRun run;
+      run.sm_weights = d_weights.data();
+      run.combine = combine;
+      const bench::DecodeOutputs got = run_balanced(gpu, run);
+      expect_matches_reference(got, want, run_label);
+      const bench::DecodeOutputs again = run_balanced(gpu, run);
+      EXPECT_TRUE(bit_identical(got, again)) << run_label << ": out or lse differs between runs";
+    }
+  }
+}
+
+TEST(MlaDecodeGpuSmBalanced, MatchesTheReferenceEqualLengths) {
+  MLA_REQUIRE_SM90_GPU();
+  // b = 128 of 4 pages each (the weighted shares cut most sequences in two), causal.
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.causal = true;
+  spec.seqlens.assign(128, 256);
+  spec.seed = 9001;
+  check_balanced_against_reference(spec, "b 128 x 256 tokens");
+}
+
+TEST(MlaDecodeGpuSmBalanced, MatchesTheReferenceRaggedBatch) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(9002);
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = ragged_seqlens(300, 200, rng);
+  spec.seqlens[0] = 0;
+  spec.seqlens[1] = 1;
+  spec.seqlens[2] = 64;
+  spec.seqlens[3] = 65;
+  spec.seqlens[150] = 0;
+  spec.seed = rng();
+  check_balanced_against_reference(spec, "b 300 ragged");
+}
+
+TEST(MlaDecodeGpuSmBalanced, MatchesTheReferenceOneLongSequence) {
+  MLA_REQUIRE_SM90_GPU();
+  // b = 1 of 32k + 37 tokens: a piece on every part with units (with random weights, every SM).
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = {32768 + 37};
+  spec.q_stddev = 0.5f;
+  spec.kv_stddev = 0.5f;
+  spec.seed = 9003;
+  check_balanced_against_reference(spec, "b 1, 32805 tokens");
+}
+
+TEST(MlaDecodeGpuSmBalanced, MatchesTheReferenceSmallBatchesAndFewHeads) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(9004);
+  struct Case {
+    int heads;
+    bool causal;
+    std::vector<int32_t> seqlens;
+  };
+  const std::vector<Case> cases = {
+      {16, true, {700}},                         // b = 1, short: most parts empty
+      {8, true, ragged_seqlens(5, 1500, rng)},   // 8 rows of a 16-row tile
+      {1, false, ragged_seqlens(7, 1500, rng)},  // one row
+      {16, false, {0, 0, 3000, 0}},              // empty sequences around one
+  };
+  for (const Case& c : cases) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = c.heads;
+    spec.causal = c.causal;
+    spec.seqlens = c.seqlens;
+    spec.seed = rng();
+    check_balanced_against_reference(spec, fmt::format("h_q {} causal {} seqlens [{}]", c.heads,
+                                                       c.causal, fmt::join(c.seqlens, ",")));
+  }
+}
+
+TEST(MlaDecodeGpuSmBalanced, MatchesTheReferenceWithMoreCtasThanSms) {
+  MLA_REQUIRE_SM90_GPU();
+  // A plan for more parts than the device has SMs (still within the table): a second wave of
+  // CTAs lands on SMs whose slot an earlier CTA emptied, and claims what is left.
+  const int sms = std::min(num_sms() + 60, kDecodeSmSlots);
+  std::mt19937 rng(9005);
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = ragged_seqlens(40, 1000, rng);
+  spec.seed = rng();
+  check_balanced_against_reference(spec, fmt::format("num_sms {}", sms), sms);
+}
+
+// After a balanced launch the launched combine has put the table back over the slots, so the
+// next layer (a second launch on the same plan) claims again and gets bit-identical outputs. Both
+// launched combines: the per-row one (b = 64) and the sliced one (b = 1, a small batch).
+TEST(MlaDecodeGpuSmBalanced, SlotsRestoredAndSecondLayerMatches) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(9006);
+  struct Case {
+    std::vector<int32_t> seqlens;
+    bool small;
+  };
+  for (const Case& c : {Case{ragged_seqlens(64, 500, rng), false}, Case{{8000}, true}}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = 16;
+    spec.seqlens = c.seqlens;
+    spec.seed = rng();
+    const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    const Reference want = run_reference(problem);
+    bench::GpuDecodeProblem gpu(problem, num_sms());
+    ASSERT_TRUE(balance_applies(gpu));
+    ASSERT_EQ(kernels::decode_batch_is_small(problem.batch, 1, 16, 1, num_sms()), c.small);
+    for (SmWeights pattern : {SmWeights::kRandom, SmWeights::kHighSlots, SmWeights::kFourSms}) {
+      const std::string label = fmt::format("b {} ({} combine), weights {}", problem.batch,
+                                            c.small ? "sliced" : "per-row", name_of(pattern));
+      const std::vector<int32_t> weights = sm_weights_of(pattern, rng);
+      const cuda::DeviceBuffer<int32_t> d_weights = device_weights(weights);
+      const std::vector<int32_t> want_table = host_sm_table(gpu, weights);
+      BalancedRun run;
+      run.sm_weights = d_weights.data();
+      const kernels::MlaDecodeParams params = balanced_decode_params(gpu, run);
+      gpu.poison_outputs(nullptr);
+      kernels::launch_mla_decode_plan(balanced_plan_params(gpu, run), nullptr);
+      const DeviceSmTable planned = read_sm_table(gpu);
+      EXPECT_EQ(planned.table, want_table) << label;
+      EXPECT_EQ(planned.slots, want_table) << label;
+      std::vector<bench::DecodeOutputs> layers;
+      for (int layer = 0; layer < 3; ++layer) {
+        gpu.poison_outputs(nullptr);
+        kernels::launch_mla_decode(params, nullptr);
+        layers.push_back(gpu.fetch(nullptr));
+        const DeviceSmTable after = read_sm_table(gpu);
+        EXPECT_EQ(after.table, want_table) << label << ", layer " << layer << ": table changed";
+        EXPECT_EQ(after.slots, want_table)
+            << label << ", layer " << layer << ": the slots were not restored";
+      }
+      expect_matches_reference(layers[0], want, label);
+      for (int layer = 1; layer < 3; ++layer)
+        EXPECT_TRUE(bit_identical(layers[0], layers[layer]))
+            << label << ": layer " << layer << " differs from layer 0";
+    }
+  }
+}
+
+// A usual plan (no weights: the table is empty) read by the balanced body: every CTA finds no
+// slot and takes blockIdx.x, which walks the usual plan (WeightedPartPieceCursor on p · C). The
+// same pieces as the production body, so the same bits.
+TEST(MlaDecodeGpuSmBalanced, PlanWithoutTableStillCorrect) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(9007);
+  for (const std::vector<int32_t>& seqlens :
+       {ragged_seqlens(30, 1000, rng), std::vector<int32_t>{8000},
+        std::vector<int32_t>(128, 128)}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = 16;
+    spec.seqlens = seqlens;
+    spec.seed = rng();
+    const std::string label = fmt::format("b {}", seqlens.size());
+    const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    const Reference want = run_reference(problem);
+    bench::GpuDecodeProblem gpu(problem, num_sms());
+    ASSERT_TRUE(balance_applies(gpu));
+    BalancedRun run;  // no weights, sm_balanced
+    const bench::DecodeOutputs got = run_balanced(gpu, run);
+    expect_matches_reference(got, want, label);
+    const DeviceSmTable table = read_sm_table(gpu);
+    EXPECT_EQ(table.table, std::vector<int32_t>(kDecodeSmSlots, -1)) << label;
+    EXPECT_EQ(table.slots, std::vector<int32_t>(kDecodeSmSlots, -1)) << label;
+    EXPECT_TRUE(bit_identical(got, run_balanced(gpu, run))) << label << ": differs between runs";
+    const bench::DecodeOutputs production =
+        run_decode(gpu, {MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched});
+    EXPECT_TRUE(bit_identical(got, production))
+        << label << ": the balanced body on a usual plan differs from the production body";
+  }
+}
+
+// sm_balanced where the shape applies: kBaseline and the fused combine are refused (mla::Error);
+// where it does not apply (h_q 64, one 64-row tile) it is ignored, with or without weights.
+TEST(MlaDecodeGpuSmBalanced, Refusals) {
+  MLA_REQUIRE_SM90_GPU();
+  std::mt19937 rng(9008);
+  const cuda::DeviceBuffer<int32_t> d_weights =
+      device_weights(sm_weights_of(SmWeights::kRandom, rng));
+  {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = 16;
+    spec.seqlens = {3000, 70};
+    bench::GpuDecodeProblem gpu(ref::make_paged_decode_problem(spec), num_sms());
+    ASSERT_TRUE(balance_applies(gpu));
+    BalancedRun run;
+    run.sm_weights = d_weights.data();
+    run.kernel = MlaDecodeKernel::kBaseline;
+    run.combine = MlaDecodeCombine::kAuto;
+    EXPECT_THROW(run_balanced(gpu, run), mla::Error) << "kBaseline";
+    run.kernel = MlaDecodeKernel::kFast;
+    run.combine = MlaDecodeCombine::kFused;
+    EXPECT_THROW(run_balanced(gpu, run), mla::Error) << "kFast, kFused";
+    // Nothing was left half done: a balanced launch afterwards is correct.
+    run.combine = MlaDecodeCombine::kLaunched;
+    expect_matches_reference(run_balanced(gpu, run), run_reference(gpu.host()),
+                             "after the refusals");
+  }
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 64;
+  spec.seqlens = {3000, 0, 70, 1};
+  spec.seed = rng();
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  const Reference want = run_reference(problem);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  ASSERT_FALSE(balance_applies(gpu));
+  for (MlaDecodeKernel kernel : {MlaDecodeKernel::kFast, MlaDecodeKernel::kBaseline}) {
+    for (const int32_t* weights :
+         {static_cast<const int32_t*>(d_weights.data()), static_cast<const int32_t*>(nullptr)}) {
+      BalancedRun run;
+      run.sm_weights = weights;
+      run.kernel = kernel;
+      run.combine = MlaDecodeCombine::kAuto;
+      const std::string label = fmt::format("h_q 64, {}, {}", kernels::to_string(kernel),
+                                            weights != nullptr ? "weights" : "no weights");
+      bench::DecodeOutputs got;
+      ASSERT_NO_THROW(got = run_balanced(gpu, run)) << label;
+      expect_matches_reference(got, want, label);
+      const DeviceSmTable table = read_sm_table(gpu);
+      EXPECT_EQ(table.table, std::vector<int32_t>(kDecodeSmSlots, -1)) << label;
+    }
+  }
+}
+
+// Plan (with weights) + two balanced layers captured in a CUDA graph, replayed with new seqlens:
+// each replay matches the reference for its seqlens, and leaves the slots restored.
+TEST(MlaDecodeGpuSmBalanced, CudaGraph) {
+  MLA_REQUIRE_SM90_GPU();
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = {2000, 2000, 2000, 2000, 2000, 2000};
+  spec.seed = 9009;
+  ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  ASSERT_TRUE(balance_applies(gpu));
+  std::mt19937 rng(9010);
+  const std::vector<int32_t> weights = sm_weights_of(SmWeights::kRandomWithZeros, rng);
+  const cuda::DeviceBuffer<int32_t> d_weights = device_weights(weights);
+  const std::vector<int32_t> want_table = host_sm_table(gpu, weights);
+  BalancedRun run;
+  run.sm_weights = d_weights.data();
+  const kernels::MlaDecodeParams params = balanced_decode_params(gpu, run);
+  cudaStream_t stream;
+  MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  kernels::launch_mla_decode_plan(balanced_plan_params(gpu, run), stream);
+  kernels::launch_mla_decode(params, stream);
+  kernels::launch_mla_decode(params, stream);
+  MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int replay = 0; replay < 4; ++replay) {
+    std::vector<int32_t> seqlens = ragged_seqlens(6, 2000, rng);
+    if (replay == 1) seqlens = {2000, 1, 2000, 64, 0, 1999};
+    if (replay == 2) seqlens = {0, 0, 0, 0, 0, 1};
+    gpu.set_seqlens(seqlens, stream);
+    gpu.poison_outputs(stream);
+    MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    const bench::DecodeOutputs got = gpu.fetch(stream);
+    ref::PagedDecodeProblem current = problem;
+    current.seqlens = seqlens;
+    const std::string label =
+        fmt::format("replay {}, seqlens [{}]", replay, fmt::join(seqlens, ","));
+    expect_matches_reference(got, run_reference(current), label);
+    const DeviceSmTable table = read_sm_table(gpu);
+    EXPECT_EQ(table.table, want_table) << label;
+    EXPECT_EQ(table.slots, want_table) << label << ": the slots were not restored";
+  }
+  MLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MLA_CUDA_CHECK(cudaGraphDestroy(graph));
+  MLA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// The timeline instantiation of the balanced body computes the same bits as the plain one, and
+// every CTA stamps its entry and exit.
+TEST(MlaDecodeGpuSmBalanced, Timeline) {
+  MLA_REQUIRE_SM90_GPU();
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = {3000, 0, 70, 1};  // split, empty, two pages, one key
+  spec.seed = 9011;
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  const Reference want = run_reference(problem);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  ASSERT_TRUE(balance_applies(gpu));
+  std::mt19937 rng(9012);
+  for (SmWeights pattern : {SmWeights::kRandom, SmWeights::kFourSms}) {
+    const cuda::DeviceBuffer<int32_t> d_weights = device_weights(sm_weights_of(pattern, rng));
+    BalancedRun run;
+    run.sm_weights = d_weights.data();
+    const kernels::MlaDecodeParams params = balanced_decode_params(gpu, run);
+    ASSERT_TRUE(kernels::decode_timeline_applies(params));
+    const bench::DecodeOutputs plain = run_balanced(gpu, run);
+    expect_matches_reference(plain, want, name_of(pattern));
+    const int64_t words = kernels::mla_decode_timeline_words(params);
+    cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
+    MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
+    const bench::DecodeOutputs timed = run_balanced(gpu, run, timeline.data());
+    EXPECT_TRUE(bit_identical(plain, timed))
+        << name_of(pattern) << ": the timeline instantiation's output differs";
+    const std::vector<uint64_t> stamps = timeline.to_host();
+    constexpr int kSlots = kernels::kDecodeTimelineSlots;
+    const int64_t ctas = words / (2 * kSlots + 1);
+    ASSERT_EQ(ctas,
+              kernels::decode_grid_ctas(kernels::decode_launch_shape(1, 16, 1, num_sms()), 1));
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const uint64_t* t = stamps.data() + cta * 2 * kSlots;
+      EXPECT_NE(t[0], 0u) << name_of(pattern) << ": CTA " << cta << " never stamped its entry";
+      EXPECT_NE(t[kSlots - 1], 0u)
+          << name_of(pattern) << ": CTA " << cta << " never stamped its exit";
+    }
+  }
+}
+
+}  // namespace
 }  // namespace mla

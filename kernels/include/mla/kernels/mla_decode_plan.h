@@ -280,10 +280,17 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
 // The same SMs take in pages up to ~20 % slower in every run (seventeenth session), so a share per
 // part in proportion to its SM's rate lets every SM finish together. Part p owns the cost units
 // [U_p, U_{p+1}), U_p = floor(total · W_p / W) with W_p the sum of the weights of the parts before
-// p and W of all (64-bit integer arithmetic: the host and the device agree exactly; negative
-// weights count as 0, and when none is positive every part weighs 1). The layout is the plan's
-// usual one; each record holds its part's own C (U_{p+1} − U_p) and U_p; the header's
+// p and W of all (64-bit integer arithmetic: the host and the device agree exactly; weights are
+// clamped to [0, kDecodeMaxPartWeight], and when none is positive every part weighs 1). The layout
+// is the plan's usual one; each record holds its part's own C (U_{p+1} − U_p) and U_p; the header's
 // cost_per_part is the largest part's C.
+
+// A part's weight as the shares count it: negative counts as 0, above kDecodeMaxPartWeight as
+// that (total · W_p then fits 64 bits: 2^31 units · 2^8 parts · 2^20).
+inline constexpr int32_t kDecodeMaxPartWeight = 1 << 20;
+MLA_HOST_DEVICE int64_t part_share_weight(int32_t weight) {
+  return weight < 0 ? 0 : weight > kDecodeMaxPartWeight ? kDecodeMaxPartWeight : weight;
+}
 
 // U_p for a part whose preceding weights sum to weight_prefix, out of weight_total.
 MLA_HOST_DEVICE int weighted_unit_begin(int total_cost, int64_t weight_prefix,
