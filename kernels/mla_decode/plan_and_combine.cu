@@ -5,6 +5,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
+#include <cstdint>
 
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
@@ -175,12 +176,11 @@ __global__ void __launch_bounds__(kPlanThreads)
 // of the loops; num_parts ≤ kDecodeSmSlots ≤ kPlanThreads, so the parts are one chunk of a scan.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_sm_balanced_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
+  // The weights' prefix fits 32 bits (parts ≤ 2^8, weights ≤ 2^20): one int scan for all (a
+  // 64-bit block scan of 1024 threads spilled 140 bytes).
   static_assert(kDecodeSmSlots <= kPlanThreads);
-  using WeightScan = cub::BlockScan<int64_t, kPlanThreads>;
-  __shared__ union {
-    typename PlanBlockScan::TempStorage ints;
-    typename WeightScan::TempStorage weights;
-  } scan_storage;
+  static_assert(int64_t(kDecodeSmSlots) * kDecodeMaxPartWeight <= INT32_MAX);
+  __shared__ typename PlanBlockScan::TempStorage scan_storage;
   __shared__ int carry;
   __shared__ int max_seq_cost;
   __shared__ int largest_part;
@@ -201,9 +201,9 @@ __global__ void __launch_bounds__(kPlanThreads)
   const bool weighted = tid < kDecodeSmSlots && slot_weight > 0;
   const bool unweighted = tid < kDecodeSmSlots && !weighted;
   int weighted_before, num_weighted, unweighted_before, num_unweighted;
-  PlanBlockScan(scan_storage.ints).ExclusiveSum(int(weighted), weighted_before, num_weighted);
+  PlanBlockScan(scan_storage).ExclusiveSum(int(weighted), weighted_before, num_weighted);
   __syncthreads();
-  PlanBlockScan(scan_storage.ints).ExclusiveSum(int(unweighted), unweighted_before, num_unweighted);
+  PlanBlockScan(scan_storage).ExclusiveSum(int(unweighted), unweighted_before, num_unweighted);
   if (tid < num_parts) part_weight[tid] = 0;
   if (tid == 0) largest_part = 0;
   __syncthreads();
@@ -217,14 +217,13 @@ __global__ void __launch_bounds__(kPlanThreads)
   __syncthreads();
 
   // Pass 1: exclusive prefix of sequence costs.
-  const int total_cost =
-      scan_sequence_costs(args, cost_begin, scan_storage.ints, &carry, &max_seq_cost);
+  const int total_cost = scan_sequence_costs(args, cost_begin, scan_storage, &carry, &max_seq_cost);
 
   // The parts' first units: U_p = floor(total · W_p / W) (no weight positive: all weigh 1).
-  const int64_t weight =
-      tid < num_parts ? (num_weighted > 0 ? part_share_weight(part_weight[tid]) : 1) : 0;
-  int64_t weight_prefix, weight_total;
-  WeightScan(scan_storage.weights).ExclusiveSum(weight, weight_prefix, weight_total);
+  const int weight =
+      tid < num_parts ? (num_weighted > 0 ? int(part_share_weight(part_weight[tid])) : 1) : 0;
+  int weight_prefix, weight_total;
+  PlanBlockScan(scan_storage).ExclusiveSum(weight, weight_prefix, weight_total);
   if (tid < num_parts)
     unit_begin[tid] = weighted_unit_begin(total_cost, weight_prefix, weight_total);
   if (tid == 0) unit_begin[num_parts] = total_cost;
@@ -235,8 +234,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int part_units = tid < num_parts ? unit_begin[tid + 1] - unit_begin[tid] : 0;
   if (part_units > 0) atomicMax(&largest_part, part_units);
   int with_units_before, num_with_units;
-  PlanBlockScan(scan_storage.ints)
-      .ExclusiveSum(int(part_units > 0), with_units_before, num_with_units);
+  PlanBlockScan(scan_storage).ExclusiveSum(int(part_units > 0), with_units_before, num_with_units);
   if (tid < num_parts) units_parts_before[tid] = with_units_before;
   __syncthreads();
   auto rank_of_unit = [&](int unit) {
@@ -245,7 +243,7 @@ __global__ void __launch_bounds__(kPlanThreads)
 
   // Pass 2: exclusive prefix of splits per sequence (the parts with units that its pages touch).
   const int total_splits =
-      scan_sequence_splits(args, split_begin, scan_storage.ints, &carry, [&](int seq) {
+      scan_sequence_splits(args, split_begin, scan_storage, &carry, [&](int seq) {
         const int pages = pages_of_seq(args, seq);
         if (pages == 0) return 0;
         const int first = first_page_unit(cost_begin[seq]);
