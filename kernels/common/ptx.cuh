@@ -67,6 +67,19 @@ __device__ __forceinline__ int load_acquire_gpu(const int* address) {
   return value;
 }
 
+// atomicAdd with acquire-release semantics at GPU scope: the release orders this thread's earlier
+// writes (and, through a CTA barrier before it, its CTA's) before the add; the acquire orders
+// the writes released by earlier adds on the same counter before what follows. No SC fence (a
+// __threadfence() is MEMBAR.SC.GPU). Returns the old value.
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* address, int value) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(address), "r"(value)
+               : "memory");
+  return old;
+}
+
 // Four 8×8 b16 matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

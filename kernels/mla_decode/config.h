@@ -75,6 +75,7 @@ struct PendingMerges {
   int split_index[2];
   int num_splits[2];
   int target[2];  // arrivals to wait for (thread 0's ticket rounded up to the next launch's start)
+  int arrived_last[2];  // this CTA's arrival completed the count: no wait (its add acquired)
 };
 
 // Shared memory of one CTA of the mma.sync body, in bytes (one struct, offsets in declaration

@@ -12,10 +12,13 @@
 //
 // Counters never go back to 0 inside a step: each launch adds exactly n to a sequence's counter
 // (the plan kernel zeroes them per step), so a CTA whose ticket is t waits for
-// (t / n + 1) · n arrivals. Memory ordering: all threads' partial stores precede thread 0's
-// __threadfence() through the __syncthreads() before it (release); thread 0's acquire loads and
-// the __threadfence() and __syncthreads() after them order the other pieces' stores before this
-// CTA's reads, which go through L2 (ld.global.cg), never this SM's L1.
+// (t / n + 1) · n arrivals. Memory ordering, with no SC fence (the seventeenth session found a
+// __threadfence(), MEMBAR.SC.GPU, in this chain; docs/kernels/mla_decode.md): all threads'
+// partial stores precede thread 0's arrival through the __syncthreads() before it, and the
+// arrival is an acquire-release add (a cumulative release). The CTA whose add completes the count
+// has acquired every earlier release through it and does not wait; the others wait with acquire
+// loads. The __syncthreads() after thread 0's acquire orders the other pieces' stores before this
+// CTA's reads, which go through L2 (ld.global.cg, cp.async.cg), never this SM's L1.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -124,16 +127,17 @@ __device__ __forceinline__ int* combine_counter(const DecodeKernelArgs& args, in
 // piece (merge_pending_pieces), so no CTA waits while it still has pages to read.
 __device__ __forceinline__ void arrive_for_piece(const DecodeKernelArgs& args,
                                                  const DecodePiece& piece, PendingMerges& pending) {
-  __syncthreads();  // every thread's partial stores come before thread 0's release fence
+  __syncthreads();  // every thread's partial stores come before thread 0's release
   if (threadIdx.x == 0) {
-    __threadfence();
-    const int ticket = atomicAdd(combine_counter(args, piece.seq), 1);
+    const int ticket = ptx::atomic_add_acq_rel_gpu(combine_counter(args, piece.seq), 1);
     const int i = pending.count;
     if (i >= 2) __trap();  // a part's split pieces are its first and its last: never three
+    const int target = (ticket / piece.num_splits + 1) * piece.num_splits;
     pending.seq[i] = piece.seq;
     pending.split_index[i] = piece.split_index;
     pending.num_splits[i] = piece.num_splits;
-    pending.target[i] = (ticket / piece.num_splits + 1) * piece.num_splits;
+    pending.target[i] = target;
+    pending.arrived_last[i] = ticket + 1 == target;
     pending.count = i + 1;
   }
 }
@@ -252,12 +256,11 @@ __device__ __forceinline__ void merge_pending_pieces(const DecodeKernelArgs& arg
   const int count = pending.count;
   for (int i = 0; i < count; ++i) {
     const int seq = pending.seq[i];
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && !pending.arrived_last[i]) {
       const int* counter = combine_counter(args, seq);
       while (ptx::load_acquire_gpu(counter) < pending.target[i]) __nanosleep(32);
-      __threadfence();  // acquire: the other pieces' partials before this CTA's reads
     }
-    __syncthreads();
+    __syncthreads();  // thread 0's acquire before every thread's reads of the other pieces
     const int split0 = plan.split_begin()[seq];
     merge_share<kRows>(args, seq, split0, pending.num_splits[i], pending.split_index[i] - split0,
                        kv_head, tile_row0, scratch, scratch_floats);
