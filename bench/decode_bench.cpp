@@ -237,9 +237,9 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);
   // MLA_BENCH_SM_WEIGHTS (stream, decode; for measuring): every kFast variant that runs the 16-row
-  // body on one grid row also runs as a twin "<name>_smbal" on a plan balanced by SM, in its own
-  // workspace, timed interleaved with the others. The weights: the SMs' streaming rates
-  // (measure_sm_stream_weights(), once), or each row's own decode
+  // body on one grid row also runs as twins "<name>_smbal" and "<name>_smeq" on plans balanced by
+  // SM (below), each in its own workspace, timed interleaved with the others. The weights: the SMs'
+  // streaming rates (measure_sm_stream_weights(), once), or each row's own decode
   // (decode_sm_weights_from_timeline() on the row's first such variant).
   const SmWeightsSource sm_weights_source = sm_weights_source_from_environment();
   std::vector<int32_t> stream_weights;
@@ -272,7 +272,8 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
           for (kernels::MlaDecodeCombine combine : options.fast_combines) {
             probe.schedule = schedule;
             probe.combine = combine;
-            if (kernel == kernels::MlaDecodeKernel::kFast && balanced_twin_applies(probe)) ++total;
+            if (kernel == kernels::MlaDecodeKernel::kFast && balanced_twin_applies(probe))
+              total += 2;  // _smbal and _smeq
           }
     }
   }
@@ -381,9 +382,13 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
         }
       }
     }
-    // The balanced twins (MLA_BENCH_SM_WEIGHTS), before the works take the variants' addresses.
-    cuda::DeviceBuffer<uint8_t> balanced_workspace(0);
-    cuda::DeviceBuffer<int32_t> d_sm_weights(0);
+    // The balanced twins (MLA_BENCH_SM_WEIGHTS), before the works take the variants' addresses:
+    // "_smbal" on a plan balanced by the weights, "_smeq" on the same kind of plan with every SM
+    // that has a weight weighing 1. The usual plan keeps whole sequences where it can (C a
+    // multiple of a sequence's cost: b = 128 at 4k and 8k), a balanced one splits them at every
+    // part boundary; smbal / smeq is the weights' effect, smeq / fast the plan's shape.
+    std::vector<cuda::DeviceBuffer<uint8_t>> balanced_workspaces;
+    std::vector<cuda::DeviceBuffer<int32_t>> balanced_weights;
     if (sm_weights_source != SmWeightsSource::kNone) {
       std::vector<size_t> twins;
       for (size_t k = 0; k < variants.size(); ++k)
@@ -393,19 +398,25 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
             sm_weights_source == SmWeightsSource::kStream
                 ? stream_weights
                 : decode_sm_weights_from_timeline(variants[twins.front()], 5, stream);
-        d_sm_weights = cuda::DeviceBuffer<int32_t>(weights.size());
-        d_sm_weights.copy_from_host(weights, stream);
-        balanced_workspace = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
-        kernels::MlaDecodePlanParams balanced_plan = plan;
-        balanced_plan.workspace = balanced_workspace.data();
-        balanced_plan.sm_weights = d_sm_weights.data();
-        kernels::launch_mla_decode_plan(balanced_plan, stream);
-        for (size_t k : twins) {
-          kernels::MlaDecodeParams twin = variants[k];
-          twin.workspace = balanced_workspace.data();
-          twin.sm_balanced = true;
-          variants.push_back(twin);
-          names.push_back(names[k] + "_smbal");
+        std::vector<int32_t> equal(weights.size());
+        for (size_t sm = 0; sm < weights.size(); ++sm) equal[sm] = weights[sm] > 0 ? 1 : 0;
+        for (const auto& [suffix, host_weights] :
+             {std::pair<const char*, const std::vector<int32_t>*>{"_smbal", &weights},
+              {"_smeq", &equal}}) {
+          balanced_weights.emplace_back(host_weights->size());
+          balanced_weights.back().copy_from_host(*host_weights, stream);
+          balanced_workspaces.emplace_back(workspace_bytes);
+          kernels::MlaDecodePlanParams balanced_plan = plan;
+          balanced_plan.workspace = balanced_workspaces.back().data();
+          balanced_plan.sm_weights = balanced_weights.back().data();
+          kernels::launch_mla_decode_plan(balanced_plan, stream);
+          for (size_t k : twins) {
+            kernels::MlaDecodeParams twin = variants[k];
+            twin.workspace = balanced_workspaces.back().data();
+            twin.sm_balanced = true;
+            variants.push_back(twin);
+            names.push_back(names[k] + suffix);
+          }
         }
       }
     }

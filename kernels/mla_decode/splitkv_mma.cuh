@@ -65,14 +65,27 @@ __device__ __forceinline__ void stamp(uint64_t* stamps, int slot) {
     stamps[kTimelineSlots + slot] = static_cast<uint64_t>(clock64());
   }
 }
-template <bool kTimeline>
+// The part a CTA runs: blockIdx.x, or the word at kClaimedPartOffset of the dynamic shared memory
+// (the balanced instantiations': read where it is needed rather than held in a register through
+// the page loop).
+template <int kClaimedPartOffset>
+__device__ __forceinline__ int claimed_part() {
+  if constexpr (kClaimedPartOffset < 0) {
+    return static_cast<int>(blockIdx.x);
+  } else {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    return *reinterpret_cast<const int*>(smem_raw + kClaimedPartOffset);
+  }
+}
+template <bool kTimeline, int kClaimedPartOffset = -1>
 __device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const uint64_t* stamps) {
   if constexpr (kTimeline) {
     if (threadIdx.x != 0) return;
     const int64_t index = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
     uint64_t* cta = args.timeline + decode_timeline_stamps_word(index);
     for (int i = 0; i < 2 * kTimelineSlots; ++i) cta[i] = stamps[i];
-    args.timeline[decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, index)] = ptx::sm_id();
+    args.timeline[decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, index)] =
+        decode_timeline_sm_value(ptx::sm_id(), claimed_part<kClaimedPartOffset>());
   }
 }
 // Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps,
@@ -86,11 +99,13 @@ static_assert(kMmaSmemBytes<16, true, true> <= 227 * 1024, "must fit the sm_90 o
 // The balanced instantiations' part (MlaDecodeParams::sm_balanced): thread 0 takes the part in
 // this SM's slot of the plan's table by an atomic exchange with -1. When that slot holds none (an
 // SM outside the table, or a second CTA on this SM) it claims the first slot that still holds
-// one, reading the slots from L2 (a stale L1 line could hide the exchanges); a pass that lost an
-// exchange goes again. Only P CTAs claim from P parts, so some slot holds a part until this CTA
-// has one; a pass that finds none means the plan has no table, and the part is blockIdx.x. (One
-// thread, no warp-wide scan: the scan's shuffles cost the body 3 registers it spilled.) Every
-// thread gets the part through shared memory (the barrier is here).
+// one, reading the slots with relaxed loads at GPU scope (not through this SM's L1, which could
+// hide the exchanges); a pass that lost an exchange goes again. Only P CTAs claim from P parts,
+// so some slot holds a part until this CTA has one; a pass that finds none means the plan has no
+// table, and the part is blockIdx.x. The scan is one load at a time (up to 256 L2 round trips):
+// a warp-wide scan, or eight loads in flight, cost the body 2-3 registers that ptxas spilled, and
+// a CTA scans only off the normal path (one CTA per SM, every SM in the table). Every thread gets
+// the part through shared memory (the barrier is here).
 __device__ __forceinline__ int claim_sm_part(const DecodeKernelArgs& args, int* shared_part) {
   if (threadIdx.x == 0) {
     const uint32_t sm = ptx::sm_id();
@@ -98,7 +113,7 @@ __device__ __forceinline__ int claim_sm_part(const DecodeKernelArgs& args, int* 
     for (bool retry = part < 0; retry;) {
       retry = false;
       for (int slot = 0; slot < kDecodeSmSlots && part < 0; ++slot) {
-        if (__ldcg(args.sm_part_slots + slot) < 0) continue;
+        if (ptx::load_relaxed_gpu(args.sm_part_slots + slot) < 0) continue;
         part = atomicExch(args.sm_part_slots + slot, -1);
         retry = part < 0;
       }
@@ -158,10 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
   using Cursor = std::conditional_t<kSmBalanced, WeightedPartPieceCursor, PartPieceCursor>;
+  int* const claimed_part_word =
+      reinterpret_cast<int*>(smem_raw + kMmaSmemBytes<kRowsPerTile, kTimeline>);
   int part = static_cast<int>(blockIdx.x);
-  if constexpr (kSmBalanced)
-    part = claim_sm_part(args,
-                         reinterpret_cast<int*>(smem_raw + kMmaSmemBytes<kRowsPerTile, kTimeline>));
+  if constexpr (kSmBalanced) part = claim_sm_part(args, claimed_part_word);
   Cursor cursor(plan, p.seqlens, p.max_pages_per_seq, part);
   DecodePiece piece;
   const bool has_work = cursor.first(&piece);
@@ -461,7 +476,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
   }
   stamp<kTimeline>(stamps, kTimelineExit);
-  write_stamps<kTimeline>(args, stamps);
+  write_stamps<kTimeline, kSmBalanced ? kMmaSmemBytes<kRowsPerTile, kTimeline> : -1>(args, stamps);
 }
 
 template <int kRowsPerTile>

@@ -3,19 +3,23 @@
 # (docs/kernels/mla_decode.md, "Eighteenth session"), in one call:
 #   1. builds the tree for sm_90a and runs the whole GPU label (the balanced plan's tests are in
 #      it: MlaDecodeGpuSmBalanced.*, and SmStreamGpu.*);
-#   2. timelines of b = 128, h_q = 16 at 4k / 8k / 32k with streaming weights: the usual plan's
+#   2. per weights source (stream: the SMs' streaming rates; decode: the row's own decode) and row,
+#      MLA_SB_REPS processes (default 2) of `mla bench decode --only ROW --kernel fast`: fast, its
+#      twin fast_smbal on a plan balanced by the weights and fast_smeq on one with every SM
+#      weighing 1, timed interleaved in one process (medians of 30 runs each);
+#   3. per source and row, the medians over the processes of smbal / fast, smbal / smeq (the
+#      weights' own effect) and smeq / fast (the plan's shape: the usual plan keeps whole
+#      sequences at b = 128, 4k and 8k), and their geometric means (sm_balance_summary.py);
+#   4. timelines of b = 128, h_q = 16 at 32k / 8k / 4k with streaming weights: the usual plan's
 #      per-SM finish against the streaming kernel's per-SM rate ("with the decode's per-SM
-#      finish"), and the balanced twin's finish spread;
-#   3. per weights source (stream: the SMs' streaming rates; decode: the row's own decode) and row,
-#      MLA_SB_REPS processes (default 2) of `mla bench decode --only ROW --kernel fast`: fast and
-#      its balanced twin fast_smbal timed interleaved in one process (medians of 30 runs each);
-#   4. per source and row, the median over the processes of fast_smbal / fast, and its geometric
-#      mean over the rows (scripts/gpu/sm_balance_summary.py).
-# Output under $OUT: build.log, ptxas.txt, ctest.log, timelines.txt, rows.jsonl (one line per
-# process and row), summary.txt. Environment: MLA_SB_REPS, MLA_SB_ROWS (b,s_q,h_q,s_k
-# ..., default the 16-row rows of the sweep that matter: b = 128 at 4k, 8k, 32k and varlen, b = 32
-# and 8 at 4k, b = 1 at 1k and 32k), MLA_SB_SKIP_TESTS=1 (not for a call whose results decide
-# anything). Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
+#      finish"), the twins' finish spread, and how many CTAs ran their own SM's part. Last, so that
+#      a call that runs out of time keeps the A/B.
+# Output under $OUT: build.log, ptxas.txt, ctest.log, ab.log (all the bench printed), rows.jsonl
+# (one line per process and row), summary.txt, timelines.txt. Environment: MLA_SB_REPS,
+# MLA_SB_ROWS (b,s_q,h_q,s_k ..., default the 16-row rows of the sweep that matter: b = 128 at
+# 4k, 8k, 32k and varlen, b = 32 and 8 at 4k, b = 1 at 1k and 32k), MLA_SB_SKIP_TESTS=1 (not for
+# a call whose results decide anything). Needs .carry/ from scripts/gpu/bundle-deps.sh. Never
+# changes GPU settings.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/common.sh
@@ -46,20 +50,13 @@ else
 fi
 echo "tests done ($(($(date +%s) - t0)) s)"
 
-for row in 128,1,16,32768 128,1,16,8192 128,1,16,4096; do
-  MLA_BENCH_SM_WEIGHTS=stream build-gpu/mla bench decode --only "$row" --kernel fast --timeline \
-    --flashmla-ref '' >>"$out/timelines.txt" 2>&1 || echo "timeline of $row failed"
-done
-grep -E "^timeline|correlation|streaming|SM weights" "$out/timelines.txt"
-echo "timelines done ($(($(date +%s) - t0)) s)"
-
 : >"$out/rows.jsonl"
 for rep in $(seq "$reps"); do
   for source in stream decode; do
     for row in $rows; do
       json="build-gpu/sb-$source-$rep.json"
       if MLA_BENCH_SM_WEIGHTS=$source build-gpu/mla bench decode --only "$row" --kernel fast \
-        --flashmla-ref '' --json "$json" >/dev/null 2>&1; then
+        --flashmla-ref '' --json "$json" >>"$out/ab.log" 2>&1; then
         python3 - "$json" "$source" "$rep" "$row" >>"$out/rows.jsonl" <<'EOF'
 import json, sys
 path, source, rep, row = sys.argv[1:]
@@ -69,10 +66,19 @@ us = {r["kernel"]: r["us"] for r in rows}
 print(json.dumps({"source": source, "rep": int(rep), "row": row, "us": us}))
 EOF
       else
-        echo "$source $row (rep $rep) failed"
+        echo "$source $row (rep $rep) failed:"
+        tail -3 "$out/ab.log"
       fi
     done
   done
 done
 python3 scripts/gpu/sm_balance_summary.py "$out/rows.jsonl" | tee "$out/summary.txt"
+echo "A/B done ($(($(date +%s) - t0)) s)"
+
+for row in 128,1,16,32768 128,1,16,8192 128,1,16,4096; do
+  MLA_BENCH_SM_WEIGHTS=stream build-gpu/mla bench decode --only "$row" --kernel fast --timeline \
+    --flashmla-ref '' >>"$out/timelines.txt" 2>&1 || echo "timeline of $row failed"
+done
+grep -E "^timeline|correlation|streaming|SM weights|balanced by SM" "$out/timelines.txt"
+echo "timelines done ($(($(date +%s) - t0)) s)"
 echo "done ($(($(date +%s) - t0)) s)"

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
-"""Summary of scripts/gpu/sm-balance.sh: per weights source and row, fast_smbal / fast in each
-process (the two timed interleaved in one process), their median over the processes, and the
-geometric mean of those medians over the rows. Reads the rows.jsonl the script writes."""
+"""Summary of scripts/gpu/sm-balance.sh: per weights source and row, three ratios of the variants
+timed interleaved in one process, fast (the usual plan), fast_smbal (a plan balanced by the SM
+weights) and fast_smeq (the same kind of plan with every SM weighing 1):
+  smbal / fast   what the balanced plan gives against today's;
+  smbal / smeq   the weights' own effect (the same plan shape);
+  smeq / fast    the plan shape's (whole sequences where the usual plan keeps them, against
+                 pieces split at every part boundary).
+Each is the median over the processes; the last line per source is the geometric mean over the
+rows. Reads the rows.jsonl the script writes."""
 import json
 import math
 import statistics
 import sys
 from collections import defaultdict
 
+RATIOS = [("fast_smbal", "fast"), ("fast_smbal", "fast_smeq"), ("fast_smeq", "fast")]
+
 
 def main(path):
-    ratios = defaultdict(list)  # (source, row) -> [smbal / fast]
+    ratios = defaultdict(lambda: defaultdict(list))  # (source, row) -> ratio name -> values
     fast_us = defaultdict(list)
     for line in open(path):
         line = line.strip()
@@ -18,25 +26,36 @@ def main(path):
             continue
         entry = json.loads(line)
         us = entry["us"]
-        if "fast" not in us or "fast_smbal" not in us:
-            print(f"{entry['source']} {entry['row']} rep {entry['rep']}: no pair in {sorted(us)}")
-            continue
         key = (entry["source"], entry["row"])
-        ratios[key].append(us["fast_smbal"] / us["fast"])
-        fast_us[key].append(us["fast"])
+        missing = [name for name in ("fast", "fast_smbal", "fast_smeq") if name not in us]
+        if missing:
+            print(f"{entry['source']} {entry['row']} rep {entry['rep']}: no {missing} in {sorted(us)}")
+        if "fast" in us:
+            fast_us[key].append(us["fast"])
+        for a, b in RATIOS:
+            if a in us and b in us:
+                ratios[key][f"{a}/{b}"].append(us[a] / us[b])
+    names = [f"{a}/{b}" for a, b in RATIOS]
     for source in sorted({s for s, _ in ratios}):
-        print(f"weights from {source}: fast_smbal / fast (median over processes; < 1: balanced wins)")
-        logs = []
-        for (s, row), values in sorted(ratios.items()):
+        print(f"weights from {source}: medians over processes (< 1: the first is faster)")
+        print(f"  {'row':<16} {'fast us':>9}  " + "  ".join(f"{n.replace('fast_', ''):>11}" for n in names))
+        logs = defaultdict(list)
+        for (s, row), by_name in sorted(ratios.items()):
             if s != source:
                 continue
-            m = statistics.median(values)
-            logs.append(math.log(m))
-            each = " ".join(f"{v:.4f}" for v in values)
-            print(f"  {row:<16} fast {statistics.median(fast_us[(s, row)]):9.1f} us  "
-                  f"ratio {m:.4f}  ({each})")
-        if logs:
-            print(f"  geometric mean over {len(logs)} rows: {math.exp(sum(logs) / len(logs)):.4f}")
+            cells = []
+            for n in names:
+                values = by_name.get(n, [])
+                if values:
+                    m = statistics.median(values)
+                    logs[n].append(math.log(m))
+                    cells.append(f"{m:11.4f}")
+                else:
+                    cells.append(f"{'-':>11}")
+            print(f"  {row:<16} {statistics.median(fast_us[(s, row)]) if fast_us[(s, row)] else 0:9.1f}  "
+                  + "  ".join(cells))
+        print(f"  {'geometric mean':<16} {'':>9}  " + "  ".join(
+            f"{math.exp(sum(logs[n]) / len(logs[n])):11.4f}" if logs[n] else f"{'-':>11}" for n in names))
 
 
 if __name__ == "__main__":

@@ -585,11 +585,17 @@ void check_timeline(int heads, const KernelChoice& choice, const std::string& la
   ASSERT_EQ(ctas * (2 * kSlots + 1), words) << label;
   // After the stamps, the SM of each CTA: an SM id (%smid need not be contiguous, so the bound
   // is loose), and not one SM for the whole grid.
-  const uint64_t* sm_of_cta = stamps.data() + ctas * 2 * kSlots;
-  for (int64_t cta = 0; cta < ctas; ++cta)
-    EXPECT_LT(sm_of_cta[cta], uint64_t(2 * num_sms())) << label << ": CTA " << cta << "'s SM id";
-  EXPECT_NE(*std::min_element(sm_of_cta, sm_of_cta + ctas),
-            *std::max_element(sm_of_cta, sm_of_cta + ctas))
+  std::vector<uint32_t> sm_of_cta(static_cast<size_t>(ctas));
+  for (int64_t cta = 0; cta < ctas; ++cta) {
+    const uint64_t word = stamps[kernels::decode_timeline_sm_word(ctas, cta)];
+    sm_of_cta[cta] = kernels::decode_timeline_sm_of(word);
+    EXPECT_LT(sm_of_cta[cta], uint32_t(2 * num_sms())) << label << ": CTA " << cta << "'s SM id";
+    // The 16-row body records its part (blockIdx.x: one grid row, no SM table), the seesaw none.
+    EXPECT_EQ(kernels::decode_timeline_part_of(word), heads <= 16 ? int(cta) : -1)
+        << label << ": CTA " << cta << "'s part";
+  }
+  EXPECT_NE(*std::min_element(sm_of_cta.begin(), sm_of_cta.end()),
+            *std::max_element(sm_of_cta.begin(), sm_of_cta.end()))
       << label << ": every CTA reports the same SM";
   for (int64_t cta = 0; cta < ctas; ++cta) {
     for (int clock = 0; clock < 2; ++clock) {
@@ -1300,7 +1306,72 @@ TEST(MlaDecodeGpuSmBalanced, Timeline) {
       EXPECT_NE(t[kSlots - 1], 0u)
           << name_of(pattern) << ": CTA " << cta << " never stamped its exit";
     }
+    // The parts the CTAs ran (the SM word's high half): each part exactly once.
+    std::vector<int> runs_of_part(static_cast<size_t>(ctas), 0);
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const int part =
+          kernels::decode_timeline_part_of(stamps[kernels::decode_timeline_sm_word(ctas, cta)]);
+      ASSERT_GE(part, 0) << name_of(pattern) << ": CTA " << cta << " recorded no part";
+      ASSERT_LT(part, ctas) << name_of(pattern) << ": CTA " << cta;
+      ++runs_of_part[part];
+    }
+    EXPECT_EQ(std::count(runs_of_part.begin(), runs_of_part.end(), 1), ctas)
+        << name_of(pattern) << ": a part ran twice or never";
   }
+}
+
+// Weighted on exactly the SMs a first balanced run used, a run whose CTAs sit on distinct SMs
+// (one per SM: the 16-row body's shared memory) has every CTA run its own SM's part: no CTA
+// finds its slot empty, so none scans and takes another's. That is the claim the balance rests
+// on; the timeline's SM words show it.
+TEST(MlaDecodeGpuSmBalanced, EachCtaRunsItsOwnSmsPart) {
+  MLA_REQUIRE_SM90_GPU();
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = std::vector<int32_t>(64, 600);
+  spec.seed = 9013;
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  bench::GpuDecodeProblem gpu(problem, num_sms());
+  ASSERT_TRUE(balance_applies(gpu));
+  auto timeline_of = [&](const std::vector<int32_t>& weights) {
+    const cuda::DeviceBuffer<int32_t> d_weights = device_weights(weights);
+    BalancedRun run;
+    run.sm_weights = d_weights.data();
+    const kernels::MlaDecodeParams params = balanced_decode_params(gpu, run);
+    cuda::DeviceBuffer<uint64_t> timeline(
+        static_cast<size_t>(kernels::mla_decode_timeline_words(params)));
+    MLA_CUDA_CHECK(cudaMemset(timeline.data(), 0, timeline.bytes()));
+    run_balanced(gpu, run, timeline.data());
+    return timeline.to_host();
+  };
+  std::mt19937 rng(9014);
+  const std::vector<uint64_t> first = timeline_of(sm_weights_of(SmWeights::kRandom, rng));
+  const int64_t ctas = int64_t(first.size()) / (2 * kernels::kDecodeTimelineSlots + 1);
+  std::vector<int32_t> weights(kDecodeSmSlots, 0);
+  for (int64_t cta = 0; cta < ctas; ++cta) {
+    const uint32_t sm =
+        kernels::decode_timeline_sm_of(first[kernels::decode_timeline_sm_word(ctas, cta)]);
+    ASSERT_LT(sm, uint32_t(kDecodeSmSlots)) << "CTA " << cta;
+    weights[sm] = 900 + int32_t(sm % 7) * 20;
+  }
+  const std::vector<int32_t> table = host_sm_table(gpu, weights);
+  int distinct_runs = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::vector<uint64_t> words = timeline_of(weights);
+    std::vector<int> ctas_on_sm(kDecodeSmSlots, 0);
+    for (int64_t cta = 0; cta < ctas; ++cta)
+      ++ctas_on_sm[kernels::decode_timeline_sm_of(
+          words[kernels::decode_timeline_sm_word(ctas, cta)])];
+    if (*std::max_element(ctas_on_sm.begin(), ctas_on_sm.end()) > 1) continue;  // shared SMs
+    ++distinct_runs;
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const uint64_t word = words[kernels::decode_timeline_sm_word(ctas, cta)];
+      const uint32_t sm = kernels::decode_timeline_sm_of(word);
+      EXPECT_EQ(kernels::decode_timeline_part_of(word), table[sm])
+          << "CTA " << cta << " on SM " << sm << " did not run its SM's part";
+    }
+  }
+  EXPECT_GE(distinct_runs, 1) << "no run had its CTAs on distinct SMs";
 }
 
 }  // namespace

@@ -190,7 +190,8 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 // otherwise mla::Error). `timeline` (device memory, zeroed by the caller) receives, per CTA of the
 // split-KV grid (blockIdx.y · gridDim.x + blockIdx.x), kDecodeTimelineSlots %globaltimer values
 // (ns) then as many clock64 values (cycles of its SM), and after all CTAs' stamps one word per CTA
-// in the same order, the SM it ran on (%smid); a slot a CTA never reaches stays 0. Phases,
+// in the same order, the SM it ran on (%smid) and, from the 16-row body, the part it ran
+// (decode_timeline_sm_of(), decode_timeline_part_of()); a slot a CTA never reaches stays 0. Phases,
 // in order: entry, first piece known, the first piece's queries loaded, its first page landed (the
 // seesaw's pairs order: the first page's half that warpgroup 0's S reads first), the last piece's
 // pages computed, its output stored, exit. It runs a separate instantiation of the same body (the
@@ -203,6 +204,17 @@ MLA_HOST_DEVICE int64_t decode_timeline_stamps_word(int64_t cta) {
 }
 MLA_HOST_DEVICE int64_t decode_timeline_sm_word(int64_t ctas, int64_t cta) {
   return ctas * 2 * kDecodeTimelineSlots + cta;
+}
+// That word: the SM id in the low 32 bits, the part + 1 in the high ones (0: not recorded; the
+// seesaw records none). The part shows whether a balanced launch's CTA ran its SM's own part.
+MLA_HOST_DEVICE uint64_t decode_timeline_sm_value(uint32_t sm, int part) {
+  return uint64_t(sm) | uint64_t(uint32_t(part + 1)) << 32;
+}
+MLA_HOST_DEVICE uint32_t decode_timeline_sm_of(uint64_t word) {
+  return static_cast<uint32_t>(word);
+}
+MLA_HOST_DEVICE int decode_timeline_part_of(uint64_t word) {
+  return static_cast<int>(word >> 32) - 1;
 }
 bool decode_timeline_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
