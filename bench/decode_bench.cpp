@@ -237,9 +237,9 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);
   // MLA_BENCH_SM_WEIGHTS (stream, decode; for measuring): every kFast variant that runs the 16-row
-  // body on one grid row also runs as twins "<name>_smbal" and "<name>_smeq" on plans balanced by
-  // SM (below), each in its own workspace, timed interleaved with the others. The weights: the SMs'
-  // streaming rates (measure_sm_stream_weights(), once), or each row's own decode
+  // body on one grid row also runs as twins "<name>_smbal", "<name>_smeq" and "<name>_smrank" on
+  // plans balanced by SM (below), each in its own workspace, timed interleaved with the others. The
+  // weights: the SMs' streaming rates (measure_sm_stream_weights(), once), or each row's own decode
   // (decode_sm_weights_from_timeline() on the row's first such variant).
   const SmWeightsSource sm_weights_source = sm_weights_source_from_environment();
   std::vector<int32_t> stream_weights;
@@ -273,7 +273,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
             probe.schedule = schedule;
             probe.combine = combine;
             if (kernel == kernels::MlaDecodeKernel::kFast && balanced_twin_applies(probe))
-              total += 2;  // _smbal and _smeq
+              total += 3;  // _smbal, _smeq and _smrank
           }
     }
   }
@@ -383,10 +383,12 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       }
     }
     // The balanced twins (MLA_BENCH_SM_WEIGHTS), before the works take the variants' addresses:
-    // "_smbal" on a plan balanced by the weights, "_smeq" on the same kind of plan with every SM
-    // that has a weight weighing 1. The usual plan keeps whole sequences where it can (C a
-    // multiple of a sequence's cost: b = 128 at 4k and 8k), a balanced one splits them at every
-    // part boundary; smbal / smeq is the weights' effect, smeq / fast the plan's shape.
+    // "_smbal" on a plan balanced by the weights (kShares), "_smeq" on the same kind of plan with
+    // every SM that has a weight weighing 1, "_smrank" on the usual plan with its parts ranked by
+    // the weights (kRanked). The usual plan keeps whole sequences where it can (C a multiple of a
+    // sequence's cost: b = 128 at 4k and 8k), a kShares one splits them at every part boundary;
+    // smbal / smeq is the weights' effect, smeq / fast the plan's shape, smrank / fast the
+    // ranking's (the slowest SMs get the parts with less work or none).
     std::vector<cuda::DeviceBuffer<uint8_t>> balanced_workspaces;
     std::vector<cuda::DeviceBuffer<int32_t>> balanced_weights;
     if (sm_weights_source != SmWeightsSource::kNone) {
@@ -400,15 +402,23 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
                 : decode_sm_weights_from_timeline(variants[twins.front()], 5, stream);
         std::vector<int32_t> equal(weights.size());
         for (size_t sm = 0; sm < weights.size(); ++sm) equal[sm] = weights[sm] > 0 ? 1 : 0;
-        for (const auto& [suffix, host_weights] :
-             {std::pair<const char*, const std::vector<int32_t>*>{"_smbal", &weights},
-              {"_smeq", &equal}}) {
-          balanced_weights.emplace_back(host_weights->size());
-          balanced_weights.back().copy_from_host(*host_weights, stream);
+        struct Twin {
+          const char* suffix;
+          const std::vector<int32_t>* weights;
+          kernels::MlaDecodeSmBalance balance;
+        };
+        for (const Twin& twin_plan :
+             {Twin{"_smbal", &weights, kernels::MlaDecodeSmBalance::kShares},
+              Twin{"_smeq", &equal, kernels::MlaDecodeSmBalance::kShares},
+              Twin{"_smrank", &weights, kernels::MlaDecodeSmBalance::kRanked}}) {
+          const char* suffix = twin_plan.suffix;
+          balanced_weights.emplace_back(twin_plan.weights->size());
+          balanced_weights.back().copy_from_host(*twin_plan.weights, stream);
           balanced_workspaces.emplace_back(workspace_bytes);
           kernels::MlaDecodePlanParams balanced_plan = plan;
           balanced_plan.workspace = balanced_workspaces.back().data();
           balanced_plan.sm_weights = balanced_weights.back().data();
+          balanced_plan.sm_balance = twin_plan.balance;
           kernels::launch_mla_decode_plan(balanced_plan, stream);
           for (size_t k : twins) {
             kernels::MlaDecodeParams twin = variants[k];

@@ -27,11 +27,12 @@ struct PlanKernelArgs {
   int num_parts;
   int max_pages_per_seq;
   int min_cost_per_part;
-  // The SM → part table and its working copy (kDecodeSmSlots each, in the workspace): -1 for the
-  // balanced plan's absence, else the table make_decode_sm_part_table_host() makes.
+  // The SM → part table and its working copy (kDecodeSmSlots each, in the workspace): all -1
+  // without weights; the usual plan's kernel with weights: the ranked table
+  // (make_decode_sm_ranked_table_host()); the balanced plan's: make_decode_sm_part_table_host().
   int32_t* sm_part_table;
   int32_t* sm_part_slots;
-  const int32_t* sm_weights;  // [kDecodeSmSlots] or null: the plan balanced by SM
+  const int32_t* sm_weights;  // [kDecodeSmSlots] or null
 };
 
 using PlanBlockScan = cub::BlockScan<int, kPlanThreads>;
@@ -130,11 +131,34 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int tid = threadIdx.x;
 
   zero_combine_counters(args);
-  // No SM table: a launch that asks for the balanced body finds every slot empty and takes its
-  // part by blockIdx.x (this plan's records hold p · C as their first unit, so it is correct).
-  for (int slot = tid; slot < kDecodeSmSlots; slot += kPlanThreads) {
-    args.sm_part_table[slot] = -1;
-    args.sm_part_slots[slot] = -1;
+  // The SM table. Without weights, none: a launch that asks for the balanced body finds every
+  // slot empty and takes its part by blockIdx.x (this plan's records hold p · C as their first
+  // unit, so it is correct). With weights (MlaDecodeSmBalance::kRanked): the parts in order of
+  // weight, then the rest in slot order.
+  if (args.sm_weights == nullptr) {
+    for (int slot = tid; slot < kDecodeSmSlots; slot += kPlanThreads) {
+      args.sm_part_table[slot] = -1;
+      args.sm_part_slots[slot] = -1;
+    }
+  } else {
+    static_assert(kDecodeSmSlots <= kPlanThreads);
+    __shared__ int32_t weights[kDecodeSmSlots];
+    if (tid < kDecodeSmSlots) weights[tid] = args.sm_weights[tid];
+    __syncthreads();
+    const bool weighted = tid < kDecodeSmSlots && weights[tid] > 0;
+    int unweighted_before, num_unweighted, weighted_before, num_weighted;
+    PlanBlockScan(scan_storage)
+        .ExclusiveSum(int(tid < kDecodeSmSlots && !weighted), unweighted_before, num_unweighted);
+    __syncthreads();
+    PlanBlockScan(scan_storage).ExclusiveSum(int(weighted), weighted_before, num_weighted);
+    if (tid < kDecodeSmSlots) {
+      const int part =
+          decode_sm_slot_part(weighted, weighted ? decode_sm_weight_rank(weights, tid) : 0,
+                              unweighted_before, num_weighted, args.num_parts);
+      args.sm_part_table[tid] = part;
+      args.sm_part_slots[tid] = part;
+    }
+    __syncthreads();
   }
 
   // Pass 1: exclusive prefix of sequence costs, and the largest.
@@ -512,6 +536,7 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                         cudaStream_t stream) {
   const bool sm_balanced =
       params.sm_weights != nullptr && decode_sm_balance_applies(shape, params.num_heads_kv);
+  const bool shares = sm_balanced && params.sm_balance == MlaDecodeSmBalance::kShares;
   PlanKernelArgs args{params.seqlens,
                       plan,
                       combine_counters,
@@ -523,7 +548,7 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       sm_part_table,
                       sm_part_slots,
                       sm_balanced ? params.sm_weights : nullptr};
-  if (sm_balanced) {
+  if (shares) {
     mla_decode_sm_balanced_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
     MLA_CHECK_LAUNCH("mla_decode_sm_balanced_plan");
     return;

@@ -133,6 +133,21 @@ std::vector<int32_t> make_decode_sm_part_table_host(const int32_t* sm_weights, i
   return table;
 }
 
+std::vector<int32_t> make_decode_sm_ranked_table_host(const int32_t* sm_weights, int num_parts) {
+  int num_weighted = 0;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot) num_weighted += sm_weights[slot] > 0 ? 1 : 0;
+  std::vector<int32_t> table(kDecodeSmSlots, -1);
+  int unweighted_before = 0;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot) {
+    const bool weighted = sm_weights[slot] > 0;
+    table[slot] =
+        decode_sm_slot_part(weighted, weighted ? decode_sm_weight_rank(sm_weights, slot) : 0,
+                            unweighted_before, num_weighted, num_parts);
+    if (!weighted) ++unweighted_before;
+  }
+  return table;
+}
+
 std::vector<int32_t> make_decode_sm_balanced_plan_host(const int32_t* seqlens, int batch,
                                                        const int32_t* sm_weights, int num_parts,
                                                        int max_pages_per_seq,

@@ -5,11 +5,13 @@
 #      it: MlaDecodeGpuSmBalanced.*, and SmStreamGpu.*);
 #   2. per weights source (stream: the SMs' streaming rates; decode: the row's own decode) and row,
 #      MLA_SB_REPS processes (default 2) of `mla bench decode --only ROW --kernel fast`: fast, its
-#      twin fast_smbal on a plan balanced by the weights and fast_smeq on one with every SM
-#      weighing 1, timed interleaved in one process (medians of 30 runs each);
+#      twins fast_smbal (shares following the weights), fast_smeq (the same with every SM weighing
+#      1) and fast_smrank (the usual plan, parts ranked by the weights), timed interleaved in one
+#      process (medians of 30 runs each);
 #   3. per source and row, the medians over the processes of smbal / fast, smbal / smeq (the
-#      weights' own effect) and smeq / fast (the plan's shape: the usual plan keeps whole
-#      sequences at b = 128, 4k and 8k), and their geometric means (sm_balance_summary.py);
+#      weights' own effect), smeq / fast (the plan's shape: the usual plan keeps whole sequences
+#      at b = 128, 4k and 8k) and smrank / fast, and their geometric means
+#      (sm_balance_summary.py);
 #   4. timelines of b = 128, h_q = 16 at 32k / 8k / 4k with streaming weights: the usual plan's
 #      per-SM finish against the streaming kernel's per-SM rate ("with the decode's per-SM
 #      finish"), the twins' finish spread, and how many CTAs ran their own SM's part. Last, so that

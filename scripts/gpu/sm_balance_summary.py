@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Summary of scripts/gpu/sm-balance.sh: per weights source and row, three ratios of the variants
-timed interleaved in one process, fast (the usual plan), fast_smbal (a plan balanced by the SM
-weights) and fast_smeq (the same kind of plan with every SM weighing 1):
-  smbal / fast   what the balanced plan gives against today's;
+"""Summary of scripts/gpu/sm-balance.sh: per weights source and row, ratios of the variants timed
+interleaved in one process, fast (the usual plan), fast_smbal (a plan whose shares follow the SM
+weights), fast_smeq (the same kind of plan with every SM weighing 1) and fast_smrank (the usual
+plan with its parts ranked by the weights, the slowest SMs taking the parts with less work):
+  smbal / fast   what the shares give against today's plan;
   smbal / smeq   the weights' own effect (the same plan shape);
   smeq / fast    the plan shape's (whole sequences where the usual plan keeps them, against
-                 pieces split at every part boundary).
+                 pieces split at every part boundary);
+  smrank / fast  the ranking's.
 Each is the median over the processes; the last line per source is the geometric mean over the
 rows. Reads the rows.jsonl the script writes."""
 import json
@@ -14,7 +16,8 @@ import statistics
 import sys
 from collections import defaultdict
 
-RATIOS = [("fast_smbal", "fast"), ("fast_smbal", "fast_smeq"), ("fast_smeq", "fast")]
+RATIOS = [("fast_smbal", "fast"), ("fast_smbal", "fast_smeq"), ("fast_smeq", "fast"),
+          ("fast_smrank", "fast")]
 
 
 def main(path):
@@ -27,7 +30,7 @@ def main(path):
         entry = json.loads(line)
         us = entry["us"]
         key = (entry["source"], entry["row"])
-        missing = [name for name in ("fast", "fast_smbal", "fast_smeq") if name not in us]
+        missing = [n for n in ("fast", "fast_smbal", "fast_smeq", "fast_smrank") if n not in us]
         if missing:
             print(f"{entry['source']} {entry['row']} rep {entry['rep']}: no {missing} in {sorted(us)}")
         if "fast" in us:

@@ -607,6 +607,57 @@ TEST(DecodePlan, WeightedCursorWalksTheUsualPlan) {
   }
 }
 
+// The ranked table (MlaDecodeSmBalance::kRanked) built the obvious way: the slots with a positive
+// weight sorted by weight, the heaviest first (ties: the lower slot first), then the others in
+// slot order; the p-th slot of that order holds part p.
+std::vector<int32_t> expected_ranked_table(const std::vector<int32_t>& sm_weights, int num_parts) {
+  std::vector<int> weighted, others;
+  for (int slot = 0; slot < kDecodeSmSlots; ++slot)
+    (sm_weights[slot] > 0 ? weighted : others).push_back(slot);
+  std::stable_sort(weighted.begin(), weighted.end(),
+                   [&](int a, int b) { return sm_weights[a] > sm_weights[b]; });
+  weighted.insert(weighted.end(), others.begin(), others.end());
+  std::vector<int32_t> table(kDecodeSmSlots, -1);
+  for (int part = 0; part < num_parts && part < kDecodeSmSlots; ++part)
+    table[weighted[part]] = part;
+  return table;
+}
+
+TEST(DecodeSmBalancedPlan, RankedTableOrdersThePartsByWeight) {
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> weight(-50, 1000);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> sm_weights(kDecodeSmSlots, 0);
+    const int sms = 1 + trial % 200;
+    for (int slot = 0; slot < sms; ++slot) sm_weights[slot] = weight(rng) / (trial % 3 + 1);
+    if (trial % 7 == 0) sm_weights[255] = INT32_MAX;
+    for (int num_parts : {1, 7, 132, 256}) {
+      const std::vector<int32_t> table =
+          make_decode_sm_ranked_table_host(sm_weights.data(), num_parts);
+      EXPECT_EQ(table, expected_ranked_table(sm_weights, num_parts))
+          << "trial " << trial << ", parts " << num_parts;
+      // Every part in exactly one slot, and a heavier slot never holds a later part.
+      std::vector<int> slots_of_part(num_parts, 0);
+      for (int32_t part : table)
+        if (part >= 0) ++slots_of_part[part];
+      EXPECT_EQ(std::count(slots_of_part.begin(), slots_of_part.end(), 1), num_parts);
+      for (int a = 0; a < kDecodeSmSlots; ++a) {
+        for (int b = 0; b < kDecodeSmSlots; ++b) {
+          if (table[a] >= 0 && table[b] >= 0 && sm_weights[a] > 0 &&
+              sm_weights[a] > sm_weights[b]) {
+            EXPECT_LT(table[a], table[b]) << "slots " << a << ", " << b;
+          }
+        }
+      }
+    }
+  }
+  // No weight: the same as the shares' table (slot order).
+  const std::vector<int32_t> none(kDecodeSmSlots, 0);
+  std::vector<int32_t> part_weights;
+  EXPECT_EQ(make_decode_sm_ranked_table_host(none.data(), 132),
+            make_decode_sm_part_table_host(none.data(), 132, &part_weights));
+}
+
 TEST(DecodeSmBalancedPlan, AppliesToOneGridRowOf16RowTiles) {
   EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(1, 16, 1, 132), 1));
   EXPECT_TRUE(decode_sm_balance_applies(decode_launch_shape(1, 8, 1, 132), 1));

@@ -818,6 +818,7 @@ std::vector<int32_t> read_words(const void* base, size_t offset, size_t count) {
 // One balanced launch's choices: the plan's weights (null: the usual plan) and the launch.
 struct BalancedRun {
   const int32_t* sm_weights = nullptr;
+  kernels::MlaDecodeSmBalance balance = kernels::MlaDecodeSmBalance::kShares;
   bool sm_balanced = true;
   MlaDecodeKernel kernel = MlaDecodeKernel::kFast;
   MlaDecodeCombine combine = MlaDecodeCombine::kLaunched;
@@ -827,6 +828,7 @@ kernels::MlaDecodePlanParams balanced_plan_params(const bench::GpuDecodeProblem&
                                                   const BalancedRun& run) {
   kernels::MlaDecodePlanParams plan = gpu.plan_params();
   plan.sm_weights = run.sm_weights;
+  plan.sm_balance = run.balance;
   return plan;
 }
 kernels::MlaDecodeParams balanced_decode_params(const bench::GpuDecodeProblem& gpu,
@@ -904,7 +906,8 @@ DeviceSmTable read_sm_table(const bench::GpuDecodeProblem& gpu) {
 // SM table and its working copy, the combine counters zeroed. h_q 16, s_q 1 applies (the balanced
 // plan); other shapes get the usual plan and empty tables.
 void check_device_plan(const std::vector<int32_t>& seqlens, int heads, int seqlen_q,
-                       const std::vector<int32_t>* weights, const std::string& label) {
+                       const std::vector<int32_t>* weights, const std::string& label,
+                       kernels::MlaDecodeSmBalance balance = kernels::MlaDecodeSmBalance::kShares) {
   SCOPED_TRACE(label);
   const int batch = static_cast<int>(seqlens.size());
   const int max_pages = 3000 / 64 + 1;
@@ -927,16 +930,20 @@ void check_device_plan(const std::vector<int32_t>& seqlens, int heads, int seqle
   params.workspace = workspace.data();
   params.workspace_bytes = bytes;
   params.sm_weights = weights != nullptr ? d_weights.data() : nullptr;
+  params.sm_balance = balance;
   kernels::launch_mla_decode_plan(params, nullptr);
   MLA_CUDA_CHECK(cudaDeviceSynchronize());
 
   const bool balanced = weights != nullptr && kernels::decode_sm_balance_applies(shape, 1);
+  const bool shares = balanced && balance == kernels::MlaDecodeSmBalance::kShares;
   std::vector<int32_t> want_table(kDecodeSmSlots, -1);
   const std::vector<int32_t> want =
-      balanced ? kernels::make_decode_sm_balanced_plan_host(seqlens.data(), batch, weights->data(),
-                                                            shape.num_parts, max_pages, &want_table)
-               : kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
-                                                kernels::plan_min_cost_per_part(params));
+      shares ? kernels::make_decode_sm_balanced_plan_host(seqlens.data(), batch, weights->data(),
+                                                          shape.num_parts, max_pages, &want_table)
+             : kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
+                                              kernels::plan_min_cost_per_part(params));
+  if (balanced && !shares)
+    want_table = kernels::make_decode_sm_ranked_table_host(weights->data(), shape.num_parts);
   const kernels::DecodeWorkspaceLayout layout =
       kernels::decode_workspace_layout(batch, seqlen_q, heads, 1, num_sms());
   ASSERT_EQ(int64_t(want.size()), kernels::decode_plan_ints(batch, shape.num_parts));
@@ -969,6 +976,9 @@ TEST(MlaDecodeGpuSmBalanced, PlanEqualsHostPlan) {
       const std::vector<int32_t> weights = sm_weights_of(pattern, rng);
       check_device_plan(seqlens, 16, 1, &weights,
                         fmt::format("batch {}, weights {}", batch, name_of(pattern)));
+      check_device_plan(seqlens, 16, 1, &weights,
+                        fmt::format("batch {}, weights {}, ranked", batch, name_of(pattern)),
+                        kernels::MlaDecodeSmBalance::kRanked);
     }
     // No weights: the usual plan, the table and its copy all -1.
     check_device_plan(seqlens, 16, 1, nullptr, fmt::format("batch {}, no weights", batch));
@@ -992,11 +1002,15 @@ void check_balanced_against_reference(const ref::PagedDecodeProblemSpec& spec,
     const std::vector<int32_t> weights = sm_weights_of(pattern, rng);
     const cuda::DeviceBuffer<int32_t> d_weights = device_weights(weights);
     for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kAuto}) {
-      const std::string run_label = fmt::format("{}, weights {}, combine {}", label,
-                                                name_of(pattern), kernels::to_string(combine));
+      // kAuto runs the ranked plan (the usual plan with its parts ranked by the weights).
+      const bool ranked = combine == MlaDecodeCombine::kAuto;
+      const std::string run_label =
+          fmt::format("{}, weights {}, combine {}{}", label, name_of(pattern),
+                      kernels::to_string(combine), ranked ? ", ranked" : "");
       BalancedRun run;
       run.sm_weights = d_weights.data();
       run.combine = combine;
+      if (ranked) run.balance = kernels::MlaDecodeSmBalance::kRanked;
       const bench::DecodeOutputs got = run_balanced(gpu, run);
       expect_matches_reference(got, want, run_label);
       const bench::DecodeOutputs again = run_balanced(gpu, run);

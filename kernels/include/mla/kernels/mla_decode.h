@@ -97,6 +97,13 @@ enum class MlaDecodeSchedule {
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
 
+// How a plan uses MlaDecodePlanParams::sm_weights (mla_decode_plan.h, "a plan balanced by SM").
+// kShares: each SM's share of the cost in proportion to its weight (a part boundary may then split
+// any sequence). kRanked: the usual plan, which keeps whole sequences where it can (C a multiple
+// of a sequence's cost); the SM table puts its parts in order of weight, the fastest SM first, so
+// that the last parts, with less work or none, run on the slowest SMs.
+enum class MlaDecodeSmBalance { kShares, kRanked };
+
 struct MlaDecodePlanParams {
   const int32_t* seqlens = nullptr;  // [batch] int32, device
   int batch = 0;
@@ -116,6 +123,7 @@ struct MlaDecodePlanParams {
   // shape runs kFast's 16-row body on one grid row (decode_sm_balance_applies()); elsewhere the
   // plan is the usual one. The launches that use this plan must set MlaDecodeParams::sm_balanced.
   const int32_t* sm_weights = nullptr;
+  MlaDecodeSmBalance sm_balance = MlaDecodeSmBalance::kShares;  // how (with sm_weights)
 };
 
 struct MlaDecodeParams {

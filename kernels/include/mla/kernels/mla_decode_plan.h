@@ -417,6 +417,18 @@ MLA_HOST_DEVICE int decode_sm_slot_part(bool weighted, int weighted_before, int 
   return part < num_parts ? part : -1;
 }
 
+// The place of weighted slot `slot` in the order of weight (the heaviest first, ties by slot):
+// the weighted slots before it in that order. weights: int32[kDecodeSmSlots].
+MLA_HOST_DEVICE int decode_sm_weight_rank(const int32_t* weights, int slot) {
+  const int32_t own = weights[slot];
+  int rank = 0;
+  for (int other = 0; other < kDecodeSmSlots; ++other) {
+    const int32_t w = weights[other];
+    rank += w > 0 && (w > own || (w == own && other < slot)) ? 1 : 0;
+  }
+  return rank;
+}
+
 // Whether a launch shape can run a plan balanced by SM: kFast's 16-row body with one grid row
 // (h_kv · row tiles = 1, so the parts are the grid) and parts that fit the table.
 MLA_HOST_DEVICE bool decode_sm_balance_applies(const DecodeLaunchShape& shape, int num_heads_kv) {
@@ -474,6 +486,11 @@ std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int 
 // part's weight in *part_weights.
 std::vector<int32_t> make_decode_sm_part_table_host(const int32_t* sm_weights, int num_parts,
                                                     std::vector<int32_t>* part_weights);
+
+// The ranked SM table (MlaDecodeSmBalance::kRanked) from sm_weights[kDecodeSmSlots]: the weighted
+// slots take parts 0, 1, … in order of weight (decode_sm_weight_rank()), the others the parts left
+// over, in slot order, as in the shares' table.
+std::vector<int32_t> make_decode_sm_ranked_table_host(const int32_t* sm_weights, int num_parts);
 
 // The plan balanced by SM: the weighted plan over the table's part weights (what
 // launch_mla_decode_plan() writes with MlaDecodePlanParams::sm_weights; the table in
