@@ -14,10 +14,15 @@
 #      (sm_balance_summary.py);
 #   4. timelines of b = 128, h_q = 16 at 32k / 8k / 4k with streaming weights: the usual plan's
 #      per-SM finish against the streaming kernel's per-SM rate ("with the decode's per-SM
-#      finish"), the twins' finish spread, and how many CTAs ran their own SM's part. Last, so that
-#      a call that runs out of time keeps the A/B.
+#      finish"), the twins' finish spread, and how many CTAs ran their own SM's part. After the
+#      A/B, so that a call that runs out of time keeps it;
+#   5. while time is left (MLA_SB_DEADLINE_S, default 540 s after the start), the fused merge
+#      against the launched combine on the small batches (`--kernel combine-ab`: fast_fused and
+#      fast_launched interleaved, two processes per row; docs/kernels/mla_decode.md, eighteenth
+#      session, item 2) into combine-ab.txt.
 # Output under $OUT: build.log, ptxas.txt, ctest.log, ab.log (all the bench printed), rows.jsonl
-# (one line per process and row), summary.txt, timelines.txt. Environment: MLA_SB_REPS,
+# (one line per process and row), summary.txt, timelines.txt, combine-ab.txt. Environment:
+# MLA_SB_REPS,
 # MLA_SB_ROWS (b,s_q,h_q,s_k ..., default the 16-row rows of the sweep that matter: b = 128 at
 # 4k, 8k, 32k and varlen, b = 32 and 8 at 4k, b = 1 at 1k and 32k), MLA_SB_SKIP_TESTS=1 (not for
 # a call whose results decide anything). Needs .carry/ from scripts/gpu/bundle-deps.sh. Never
@@ -83,4 +88,30 @@ for row in 128,1,16,32768 128,1,16,8192 128,1,16,4096; do
 done
 grep -E "^timeline|correlation|streaming|SM weights|balanced by SM" "$out/timelines.txt"
 echo "timelines done ($(($(date +%s) - t0)) s)"
+
+deadline="${MLA_SB_DEADLINE_S:-540}"
+for rep in 1 2; do
+  for row in 1,1,16,1024 1,1,16,32768 8,1,16,4096 32,1,16,4096; do
+    if [ $(($(date +%s) - t0)) -ge "$deadline" ]; then
+      echo "combine A/B: stopped at the deadline (${deadline} s)"
+      break 2
+    fi
+    json="build-gpu/combine-ab-$rep.json"
+    if build-gpu/mla bench decode --only "$row" --kernel combine-ab --flashmla-ref '' \
+      --json "$json" >>"$out/ab.log" 2>&1; then
+      python3 - "$json" "$row" "$rep" >>"$out/combine-ab.txt" <<'EOF'
+import json, sys
+path, row, rep = sys.argv[1:]
+us = {r["kernel"]: r["us"] for r in json.load(open(path))["rows"]}
+fused, launched = us.get("fast_fused"), us.get("fast_launched")
+ratio = f"{fused / launched:.4f}" if fused and launched else "-"
+print(f"{row:<14} rep {rep}: fused {fused} us, launched {launched} us, fused/launched {ratio}")
+EOF
+    else
+      echo "combine-ab $row (rep $rep) failed:"
+      tail -3 "$out/ab.log"
+    fi
+  done
+done
+[ -f "$out/combine-ab.txt" ] && cat "$out/combine-ab.txt"
 echo "done ($(($(date +%s) - t0)) s)"
