@@ -42,13 +42,7 @@ main() {
   t0=$(date +%s)
   date -u
   echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)"
-  if ! { mla_gpu_configure . build-gpu -DMLA_BUILD_PYTHON=OFF && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-    echo "BUILD FAILED"
-    grep -E "error" "$out/build.log" | head -20
-    return 1
-  fi
-  grep -E "Compiling entry|registers|spill|C75[0-9][0-9]" "$out/build.log" >"$out/ptxas.txt"
-  echo "tree built ($(($(date +%s) - t0)) s)"
+  mla_gpu_build "$out" "$t0" || return 1
 
   # Each build is "tag:binary:environment" (VAR=VALUE pairs joined by commas, or nothing).
   local builds=("tree:build-gpu/mla:") dir name variant
@@ -72,11 +66,7 @@ main() {
   done
 
   if [ -z "${MLA_AB_SKIP_TESTS:-}" ]; then
-    local ctest_args=(-L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-300}")
-    (cd build-gpu && ctest "${ctest_args[@]}" -j 4 -E "$MLA_GPU_SERIAL_TESTS") >"$work/ctest.log" 2>&1
-    (cd build-gpu && ctest "${ctest_args[@]}" -R "$MLA_GPU_SERIAL_TESTS") >>"$work/ctest.log" 2>&1
-    grep -E "tests passed|tests failed|Failed|\*\*\*" "$work/ctest.log"
-    grep -E -A8 "Failure$" "$work/ctest.log" | head -80  # what a failed test said
+    mla_gpu_label "$work/ctest.log"
   else
     echo "MLA_AB_SKIP_TESTS: the GPU label was not run"
   fi

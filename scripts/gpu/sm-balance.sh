@@ -38,20 +38,10 @@ rows="${MLA_SB_ROWS:-128,1,16,4096 128,1,16,8192 128,1,16,32768 128,1,16,0 32,1,
 t0=$(date +%s)
 date -u
 echo "tree: $(cat .carry/commit 2>/dev/null || echo unknown)"
-if ! { mla_gpu_configure . build-gpu -DMLA_BUILD_PYTHON=OFF && cmake --build build-gpu -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-  echo "BUILD FAILED"
-  grep -E "error" "$out/build.log" | head -20
-  exit 1
-fi
-grep -E "Compiling entry|registers|spill|C75[0-9][0-9]" "$out/build.log" >"$out/ptxas.txt"
-echo "built ($(($(date +%s) - t0)) s)"
+mla_gpu_build "$out" "$t0" || exit 1
 
 if [ -z "${MLA_SB_SKIP_TESTS:-}" ]; then
-  ctest_args=(-L gpu --output-on-failure --timeout "${MLA_CTEST_TIMEOUT:-300}")
-  (cd build-gpu && ctest "${ctest_args[@]}" -j 4 -E "$MLA_GPU_SERIAL_TESTS") >"$out/ctest.log" 2>&1
-  (cd build-gpu && ctest "${ctest_args[@]}" -R "$MLA_GPU_SERIAL_TESTS") >>"$out/ctest.log" 2>&1
-  grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log"
-  grep -E -A8 "Failure$" "$out/ctest.log" | head -80
+  mla_gpu_label "$out/ctest.log"
 else
   echo "MLA_SB_SKIP_TESTS: the GPU label was not run"
 fi
