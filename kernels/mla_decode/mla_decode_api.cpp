@@ -308,6 +308,10 @@ void check_mla_decode_plan_args(const MlaDecodePlanParams& params,
   if (params.batch > 0) check_pointer(params.seqlens, "seqlens", alignof(int32_t));
   if (params.sm_weights != nullptr)
     check_pointer(params.sm_weights, "sm_weights", alignof(int32_t));
+  require(params.sm_balance == MlaDecodeSmBalance::kShares ||
+              params.sm_balance == MlaDecodeSmBalance::kRanked,
+          fmt::format("sm_balance must be kShares or kRanked, got {}",
+                      static_cast<int>(params.sm_balance)));
   check_workspace(params.workspace, params.workspace_bytes,
                   mla_decode_workspace_size(params.batch, params.seqlen_q, params.num_heads_q,
                                             params.num_heads_kv, params.num_sms));

@@ -62,6 +62,38 @@ TEST(MlaDecodeArgs, ValidParamsPass) {
   EXPECT_NO_THROW(check_mla_decode_args(valid_params(), hopper()));
 }
 
+// The plan's params: valid ones pass; SM weights must be aligned, the balance one of the two.
+TEST(MlaDecodeArgs, PlanParams) {
+  MlaDecodePlanParams p;
+  p.seqlens = fake_pointer<const int32_t>(0x40000);
+  p.batch = 4;
+  p.seqlen_q = 1;
+  p.num_heads_q = 16;
+  p.num_sms = 132;
+  p.max_pages_per_seq = 20;
+  p.workspace = fake_pointer<void>(0x70000);
+  p.workspace_bytes = mla_decode_workspace_size(4, 1, 16, 1, 132);
+  EXPECT_NO_THROW(check_mla_decode_plan_args(p, hopper()));
+  p.sm_weights = fake_pointer<const int32_t>(0x80000);
+  p.sm_balance = MlaDecodeSmBalance::kRanked;
+  EXPECT_NO_THROW(check_mla_decode_plan_args(p, hopper()));
+  auto rejected = [&](const MlaDecodePlanParams& bad, const std::string& expected_text) {
+    try {
+      check_mla_decode_plan_args(bad, hopper());
+      ADD_FAILURE() << "expected an error mentioning \"" << expected_text << "\"";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(expected_text), std::string::npos)
+          << "message: " << error.what();
+    }
+  };
+  MlaDecodePlanParams misaligned = p;
+  misaligned.sm_weights = fake_pointer<const int32_t>(0x80002);
+  rejected(misaligned, "sm_weights");
+  MlaDecodePlanParams unknown = p;
+  unknown.sm_balance = static_cast<MlaDecodeSmBalance>(7);
+  rejected(unknown, "sm_balance must be kShares or kRanked, got 7");
+}
+
 TEST(MlaDecodeArgs, HeadDimsAndPageSize) {
   expect_rejected([](auto& p) { p.head_dim_qk = 192; },
                   "head_dim_qk must be 576 (kv_lora_rank 512 + rope 64), got 192");

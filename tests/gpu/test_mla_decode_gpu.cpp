@@ -1001,16 +1001,20 @@ void check_balanced_against_reference(const ref::PagedDecodeProblemSpec& spec,
   for (SmWeights pattern : {SmWeights::kRandom, SmWeights::kHighSlots, SmWeights::kFourSms}) {
     const std::vector<int32_t> weights = sm_weights_of(pattern, rng);
     const cuda::DeviceBuffer<int32_t> d_weights = device_weights(weights);
-    for (MlaDecodeCombine combine : {MlaDecodeCombine::kLaunched, MlaDecodeCombine::kAuto}) {
-      // kAuto runs the ranked plan (the usual plan with its parts ranked by the weights).
-      const bool ranked = combine == MlaDecodeCombine::kAuto;
+    // Both balances with the launched combine, and the shares with kAuto (which resolves to the
+    // launched combine unless MLA_DECODE_COMBINE says otherwise).
+    for (const auto& [balance, combine] :
+         {std::pair{kernels::MlaDecodeSmBalance::kShares, MlaDecodeCombine::kLaunched},
+          std::pair{kernels::MlaDecodeSmBalance::kRanked, MlaDecodeCombine::kLaunched},
+          std::pair{kernels::MlaDecodeSmBalance::kShares, MlaDecodeCombine::kAuto}}) {
+      const bool ranked = balance == kernels::MlaDecodeSmBalance::kRanked;
       const std::string run_label =
           fmt::format("{}, weights {}, combine {}{}", label, name_of(pattern),
                       kernels::to_string(combine), ranked ? ", ranked" : "");
       BalancedRun run;
       run.sm_weights = d_weights.data();
       run.combine = combine;
-      if (ranked) run.balance = kernels::MlaDecodeSmBalance::kRanked;
+      run.balance = balance;
       const bench::DecodeOutputs got = run_balanced(gpu, run);
       expect_matches_reference(got, want, run_label);
       const bench::DecodeOutputs again = run_balanced(gpu, run);

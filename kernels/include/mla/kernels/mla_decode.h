@@ -12,9 +12,10 @@
 //   for each layer: launch_mla_decode(params /* same workspace */, stream);
 // The plan is computed on the device from the device seqlens: no host synchronisation, so the
 // whole step can be captured in a CUDA graph and replayed with new seqlens. The plan also zeroes
-// kFast's combine counters in the workspace; every kFast launch leaves them at 0 again (the last
-// CTA of each split sequence resets its counter), so the layers of a step reuse the plan as is. A
-// workspace must not be shared by launches that may run at the same time (it holds the partials).
+// kFast's combine counters in the workspace; each fused launch adds a split sequence's number of
+// pieces to its counter (they only grow within a step), so the layers of a step reuse the plan as
+// is, but a launch with another shape or plan needs a new plan first. A workspace must not be
+// shared by launches that may run at the same time (it holds the partials).
 #pragma once
 
 #include <cuda_runtime_api.h>
