@@ -65,13 +65,14 @@ kernels::MlaDecodeParams params_of(const bench::GpuDecodeProblem& gpu, const Ker
   return params;
 }
 
-// poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
-// timeline: launch_mla_decode_with_timeline() into it instead of launch_mla_decode().
-bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice,
-                                uint64_t* timeline = nullptr, uint64_t* pair_trace = nullptr) {
+// poison → plan → decode with these params, then the outputs. timeline / pair_trace: the
+// diagnostic launch into it instead of launch_mla_decode().
+bench::DecodeOutputs run_planned(bench::GpuDecodeProblem& gpu,
+                                 const kernels::MlaDecodePlanParams& plan,
+                                 const kernels::MlaDecodeParams& params, uint64_t* timeline,
+                                 uint64_t* pair_trace) {
   gpu.poison_outputs(nullptr);
-  kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
-  const kernels::MlaDecodeParams params = params_of(gpu, choice);
+  kernels::launch_mla_decode_plan(plan, nullptr);
   if (timeline != nullptr)
     kernels::launch_mla_decode_with_timeline(params, timeline, nullptr);
   else if (pair_trace != nullptr)
@@ -79,6 +80,12 @@ bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice
   else
     kernels::launch_mla_decode(params, nullptr);
   return gpu.fetch(nullptr);
+}
+
+// poison → plan → decode, like GpuDecodeProblem::run, with the combine chosen.
+bench::DecodeOutputs run_decode(bench::GpuDecodeProblem& gpu, const KernelChoice& choice,
+                                uint64_t* timeline = nullptr, uint64_t* pair_trace = nullptr) {
+  return run_planned(gpu, gpu.plan_params(), params_of(gpu, choice), timeline, pair_trace);
 }
 
 constexpr double kMaxRelativeL2 = 3e-3;
@@ -833,25 +840,17 @@ kernels::MlaDecodePlanParams balanced_plan_params(const bench::GpuDecodeProblem&
 }
 kernels::MlaDecodeParams balanced_decode_params(const bench::GpuDecodeProblem& gpu,
                                                 const BalancedRun& run) {
-  kernels::MlaDecodeParams params = gpu.decode_params();
-  params.kernel = run.kernel;
-  params.combine = run.combine;
+  kernels::MlaDecodeParams params = params_of(gpu, {run.kernel, run.combine});
   params.sm_balanced = run.sm_balanced;
   return params;
 }
 
-// poison → plan (with the weights) → decode (balanced), like run_decode; `layers` launches on
-// the one plan. timeline: launch_mla_decode_with_timeline() into it instead.
+// poison → plan (with the weights) → decode (balanced), like run_decode. timeline:
+// launch_mla_decode_with_timeline() into it instead.
 bench::DecodeOutputs run_balanced(bench::GpuDecodeProblem& gpu, const BalancedRun& run,
                                   uint64_t* timeline = nullptr) {
-  gpu.poison_outputs(nullptr);
-  kernels::launch_mla_decode_plan(balanced_plan_params(gpu, run), nullptr);
-  const kernels::MlaDecodeParams params = balanced_decode_params(gpu, run);
-  if (timeline != nullptr)
-    kernels::launch_mla_decode_with_timeline(params, timeline, nullptr);
-  else
-    kernels::launch_mla_decode(params, nullptr);
-  return gpu.fetch(nullptr);
+  return run_planned(gpu, balanced_plan_params(gpu, run), balanced_decode_params(gpu, run),
+                     timeline, nullptr);
 }
 
 bool bit_identical(const bench::DecodeOutputs& a, const bench::DecodeOutputs& b) {
