@@ -21,7 +21,6 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "mla/kernels/fill.h"
-#include "mla/kernels/sm_stream.h"
 
 namespace mla::bench {
 
@@ -192,28 +191,6 @@ void diagnose_flashmla_timing(const StreamWork& ours, const StreamWork& flashmla
   MLA_CUDA_CHECK(cudaStreamDestroy(own));
 }
 
-// Where the SM weights of the balanced variants come from (MLA_BENCH_SM_WEIGHTS).
-enum class SmWeightsSource { kNone, kStream, kDecode };
-
-SmWeightsSource sm_weights_source_from_environment() {
-  const char* text = std::getenv("MLA_BENCH_SM_WEIGHTS");
-  if (text == nullptr || *text == '\0') return SmWeightsSource::kNone;
-  const std::string value = text;
-  if (value == "stream") return SmWeightsSource::kStream;
-  if (value == "decode") return SmWeightsSource::kDecode;
-  throw_error("MLA_BENCH_SM_WEIGHTS must be 'stream' or 'decode' (or unset), got '{}'", value);
-}
-
-// Whether a launch gets a balanced twin: kFast's 16-row body on one grid row, launched combine.
-bool balanced_twin_applies(const kernels::MlaDecodeParams& variant) {
-  return variant.kernel == kernels::MlaDecodeKernel::kFast &&
-         kernels::decode_sm_balance_applies(
-             kernels::decode_launch_shape(variant.seqlen_q, variant.num_heads_q,
-                                          variant.num_heads_kv, variant.num_sms),
-             variant.num_heads_kv) &&
-         kernels::resolved_decode_combine(variant) != kernels::MlaDecodeCombine::kFused;
-}
-
 }  // namespace
 
 std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
@@ -236,47 +213,12 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
   const std::vector<DecodeBenchCase> cases = options.only
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);
-  // MLA_BENCH_SM_WEIGHTS (stream, decode; for measuring): every kFast variant that runs the 16-row
-  // body on one grid row also runs as twins "<name>_smbal", "<name>_smeq" and "<name>_smrank" on
-  // plans balanced by SM (below), each in its own workspace, timed interleaved with the others. The
-  // weights: the SMs' streaming rates (measure_sm_stream_weights(), once), or each row's own decode
-  // (decode_sm_weights_from_timeline() on the row's first such variant).
-  const SmWeightsSource sm_weights_source = sm_weights_source_from_environment();
-  std::vector<int32_t> stream_weights;
-  if (sm_weights_source == SmWeightsSource::kStream) {
-    stream_weights = kernels::measure_sm_stream_weights(cuda::current_device_info().num_sms, 9,
-                                                        size_t(8) << 20, stream);
-    std::vector<int32_t> present;
-    for (int32_t w : stream_weights)
-      if (w > 0) present.push_back(w);
-    std::sort(present.begin(), present.end());
-    if (!present.empty())
-      fmt::print("SM weights from streaming ({} SMs): {} / {} / {} MB/s (min / median / max)\n",
-                 present.size(), present.front(), present[present.size() / 2], present.back());
-  }
   size_t per_case = 0;
   for (kernels::MlaDecodeKernel kernel : options.kernels)
     per_case += kernel == kernels::MlaDecodeKernel::kFast
                     ? options.fast_schedules.size() * options.fast_combines.size()
                     : 1;
-  size_t total = cases.size() * (per_case + (options.flashmla_same_run ? 1 : 0));
-  if (sm_weights_source != SmWeightsSource::kNone) {
-    for (const DecodeBenchCase& config : cases) {
-      kernels::MlaDecodeParams probe;
-      probe.seqlen_q = config.seqlen_q;
-      probe.num_heads_q = config.num_heads_q;
-      probe.num_sms = num_sms;
-      probe.kernel = kernels::MlaDecodeKernel::kFast;
-      for (kernels::MlaDecodeKernel kernel : options.kernels)
-        for (kernels::MlaDecodeSchedule schedule : options.fast_schedules)
-          for (kernels::MlaDecodeCombine combine : options.fast_combines) {
-            probe.schedule = schedule;
-            probe.combine = combine;
-            if (kernel == kernels::MlaDecodeKernel::kFast && balanced_twin_applies(probe))
-              total += 3;  // _smbal, _smeq and _smrank
-          }
-    }
-  }
+  const size_t total = cases.size() * (per_case + (options.flashmla_same_run ? 1 : 0));
   EventTimer timer(stream);
   std::vector<DecodeBenchRow> rows;
   for (const DecodeBenchCase& config : cases) {
@@ -379,54 +321,6 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
             names.back() += fmt::format("_{}", kernels::to_string(schedule));
           if (combine != kernels::MlaDecodeCombine::kAuto)
             names.back() += fmt::format("_{}", kernels::to_string(combine));
-        }
-      }
-    }
-    // The balanced twins (MLA_BENCH_SM_WEIGHTS), before the works take the variants' addresses:
-    // "_smbal" on a plan balanced by the weights (kShares), "_smeq" on the same kind of plan with
-    // every SM that has a weight weighing 1, "_smrank" on the usual plan with its parts ranked by
-    // the weights (kRanked). The usual plan keeps whole sequences where it can (C a multiple of a
-    // sequence's cost: b = 128 at 4k and 8k), a kShares one splits them at every part boundary;
-    // smbal / smeq is the weights' effect, smeq / fast the plan's shape, smrank / fast the
-    // ranking's (the slowest SMs get the parts with less work or none).
-    std::vector<cuda::DeviceBuffer<uint8_t>> balanced_workspaces;
-    std::vector<cuda::DeviceBuffer<int32_t>> balanced_weights;
-    if (sm_weights_source != SmWeightsSource::kNone) {
-      std::vector<size_t> twins;
-      for (size_t k = 0; k < variants.size(); ++k)
-        if (balanced_twin_applies(variants[k])) twins.push_back(k);
-      if (!twins.empty()) {
-        const std::vector<int32_t> weights =
-            sm_weights_source == SmWeightsSource::kStream
-                ? stream_weights
-                : decode_sm_weights_from_timeline(variants[twins.front()], 5, stream);
-        std::vector<int32_t> equal(weights.size());
-        for (size_t sm = 0; sm < weights.size(); ++sm) equal[sm] = weights[sm] > 0 ? 1 : 0;
-        struct Twin {
-          const char* suffix;
-          const std::vector<int32_t>* weights;
-          kernels::MlaDecodeSmBalance balance;
-        };
-        for (const Twin& twin_plan :
-             {Twin{"_smbal", &weights, kernels::MlaDecodeSmBalance::kShares},
-              Twin{"_smeq", &equal, kernels::MlaDecodeSmBalance::kShares},
-              Twin{"_smrank", &weights, kernels::MlaDecodeSmBalance::kRanked}}) {
-          const char* suffix = twin_plan.suffix;
-          balanced_weights.emplace_back(twin_plan.weights->size());
-          balanced_weights.back().copy_from_host(*twin_plan.weights, stream);
-          balanced_workspaces.emplace_back(workspace_bytes);
-          kernels::MlaDecodePlanParams balanced_plan = plan;
-          balanced_plan.workspace = balanced_workspaces.back().data();
-          balanced_plan.sm_weights = balanced_weights.back().data();
-          balanced_plan.sm_balance = twin_plan.balance;
-          kernels::launch_mla_decode_plan(balanced_plan, stream);
-          for (size_t k : twins) {
-            kernels::MlaDecodeParams twin = variants[k];
-            twin.workspace = balanced_workspaces.back().data();
-            twin.sm_balanced = true;
-            variants.push_back(twin);
-            names.push_back(names[k] + suffix);
-          }
         }
       }
     }

@@ -62,25 +62,10 @@ std::vector<double> finish_times_by_sm(const std::vector<uint64_t>& words,
   const size_t ctas = cta_count(words);
   std::vector<double> times(num_sm_ids, 0.0);
   for (size_t cta = 0; cta < ctas; ++cta) {
-    const uint64_t sm = kernels::decode_timeline_sm_of(
-        words[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))]);
+    const uint64_t sm = words[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))];
     if (sm < num_sm_ids && by_cta[cta] != 0) times[sm] = std::max(times[sm], by_cta[cta]);
   }
   return times;
-}
-
-// A balanced launch (`table`: the plan's SM → part table): the CTAs that ran the part of their own
-// SM's slot.
-int own_slot_claims(const std::vector<uint64_t>& words, const std::vector<int32_t>& table) {
-  const size_t ctas = cta_count(words);
-  int count = 0;
-  for (size_t cta = 0; cta < ctas; ++cta) {
-    const uint64_t word = words[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))];
-    const uint32_t sm = kernels::decode_timeline_sm_of(word);
-    if (sm < table.size() && table[sm] >= 0 && kernels::decode_timeline_part_of(word) == table[sm])
-      ++count;
-  }
-  return count;
 }
 
 // Each entry's mean over the runs where it is non-zero (0 where it never is).
@@ -207,19 +192,6 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   std::vector<std::vector<double>> finishes;        // per run, per CTA
   std::vector<std::vector<double>> finishes_by_sm;  // per run, per SM id
   const size_t num_sm_ids = static_cast<size_t>(std::max(params.num_sms, 1)) * 2;
-  // A balanced launch: the plan's SM → part table, to count the CTAs that ran their SM's part.
-  std::vector<int32_t> sm_table;
-  if (params.sm_balanced) {
-    const kernels::DecodeWorkspaceLayout layout = kernels::decode_workspace_layout(
-        params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
-    sm_table.resize(kernels::kDecodeSmSlots);
-    MLA_CUDA_CHECK(
-        cudaMemcpyAsync(sm_table.data(),
-                        static_cast<const uint8_t*>(params.workspace) + layout.sm_part_table_offset,
-                        sm_table.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-    MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  std::vector<double> own_claims;
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
     flush.enqueue(stream, size_t(run));
@@ -231,7 +203,6 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
     per_run.push_back(summarize_run(host, bracket[0], bracket[1], sm_clock_khz));
     finishes.push_back(finish_times(host, bracket[0]));
     finishes_by_sm.push_back(finish_times_by_sm(host, finishes.back(), num_sm_ids));
-    if (!sm_table.empty()) own_claims.push_back(own_slot_claims(host, sm_table));
   }
   // Median over runs, number by number.
   DecodeTimeline result = per_run.front();
@@ -250,7 +221,6 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   result.finish_spread_of_means_us = spread(means_over_runs(finishes));
   result.finish_spread_us = median(spreads);
   result.finish_correlation_by_sm = median_correlation_between_runs(finishes_by_sm);
-  result.own_slot_claims = own_claims.empty() ? -1 : median(own_claims);
   const std::vector<double> finish_by_sm = means_over_runs(finishes_by_sm);
   result.finish_spread_of_sm_means_us = spread(finish_by_sm);
 
@@ -262,71 +232,6 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   result.stream_correlation_by_sm = median_correlation_between_runs(rates);
   result.stream_rate_vs_finish_correlation = correlation(rate_by_sm, finish_by_sm);
   return result;
-}
-
-std::vector<int32_t> decode_sm_weights_from_timeline(const kernels::MlaDecodeParams& params,
-                                                     int runs, cudaStream_t stream) {
-  MLA_CHECK_GE(runs, 1);
-  const kernels::DecodeLaunchShape shape = kernels::decode_launch_shape(
-      params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
-  if (!kernels::decode_sm_balance_applies(shape, params.num_heads_kv) ||
-      !kernels::decode_timeline_applies(params) || params.sm_balanced)
-    throw_error(
-        "SM weights from the decode need kFast's 16-row body on one grid row, on a plan "
-        "made without weights");
-  // Each part's cost units in the plan in the workspace (part = CTA: one grid row): the usual
-  // plan's [p · C, (p + 1) · C) of the total (the fixed cost counted where the plan counts it).
-  const kernels::DecodeWorkspaceLayout layout = kernels::decode_workspace_layout(
-      params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
-  std::vector<int32_t> plan_words(
-      static_cast<size_t>(kernels::decode_plan_ints(params.batch, shape.num_parts)));
-  MLA_CUDA_CHECK(cudaMemcpyAsync(
-      plan_words.data(), static_cast<const uint8_t*>(params.workspace) + layout.plan_offset,
-      plan_words.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const kernels::DecodePlanView plan{plan_words.data(), params.batch, shape.num_parts};
-  const int64_t total_units = plan.cost_begin()[params.batch];
-  const int64_t per_part = plan.cost_per_part();
-  std::vector<double> part_units(static_cast<size_t>(shape.num_parts), 0.0);
-  for (int part = 0; part < shape.num_parts; ++part)
-    part_units[part] = double(std::clamp<int64_t>(total_units - part * per_part, 0, per_part));
-
-  const int64_t words = kernels::mla_decode_timeline_words(params);
-  cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words));
-  L2Flush flush;
-  std::vector<std::vector<double>> rates;  // per run, units per ms by SM id
-  std::vector<bool> seen(kernels::kDecodeSmSlots, false);
-  for (int run = 0; run < runs; ++run) {
-    MLA_CUDA_CHECK(cudaMemsetAsync(timeline.data(), 0, timeline.bytes(), stream));
-    flush.enqueue(stream, size_t(run));
-    kernels::launch_mla_decode_with_timeline(params, timeline.data(), stream);
-    const std::vector<uint64_t> host = timeline.to_host(stream);
-    const size_t ctas = cta_count(host);
-    std::vector<double> by_sm(kernels::kDecodeSmSlots, 0.0);
-    for (size_t cta = 0; cta < ctas && cta < part_units.size(); ++cta) {
-      const uint64_t sm = kernels::decode_timeline_sm_of(
-          host[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))]);
-      if (sm >= uint64_t(kernels::kDecodeSmSlots)) continue;
-      seen[sm] = true;
-      const uint64_t* ns = cta_stamps(host, cta);
-      if (ns[kQueriesSlot] == 0 || ns[kPagesDoneSlot] == 0) continue;
-      const double us = elapsed_us(ns[0], ns[kPagesDoneSlot]);
-      if (us > 0) by_sm[sm] = part_units[cta] / us * 1e3;
-    }
-    rates.push_back(std::move(by_sm));
-  }
-  const std::vector<double> mean_rate = means_over_runs(rates);
-  std::vector<double> measured;
-  for (double rate : mean_rate)
-    if (rate > 0) measured.push_back(rate);
-  const double fallback = measured.empty() ? 1.0 : median(measured);
-  std::vector<int32_t> weights(kernels::kDecodeSmSlots, 0);
-  for (int sm = 0; sm < kernels::kDecodeSmSlots; ++sm) {
-    if (!seen[sm]) continue;
-    const double rate = mean_rate[sm] > 0 ? mean_rate[sm] : fallback;
-    weights[sm] = std::max(1, static_cast<int32_t>(std::min(std::lround(rate), 2000000000L)));
-  }
-  return weights;
 }
 
 std::string format_decode_timeline(const DecodeTimeline& timeline, const std::string& label) {
@@ -352,11 +257,6 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
       "  the same by the SM each CTA ran on: correlation {:.2f}, spread of the per-SM means "
       "{:.2f} µs\n",
       timeline.finish_correlation_by_sm, timeline.finish_spread_of_sm_means_us);
-  if (timeline.own_slot_claims >= 0)
-    text += fmt::format(
-        "  balanced by SM: {:.0f} of {} CTAs ran the part of their own SM's slot (median over "
-        "runs)\n",
-        timeline.own_slot_claims, timeline.ctas);
   const auto& r = timeline.stream_rate_gbps;
   text += fmt::format(
       "  a streaming kernel on every SM at once ({} runs of {} MB per SM): per-SM rate {:.1f} / "

@@ -8,9 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "mla/kernels/mla_decode.h"
 
@@ -39,9 +37,6 @@ struct DecodeTimeline {
   // follows the SM rather than the CTA's work.
   double finish_correlation_by_sm = 0;
   double finish_spread_of_sm_means_us = 0;
-  // A launch balanced by SM (MlaDecodeParams::sm_balanced): the CTAs that ran the part of their
-  // own SM's slot, median over runs (all of them when each SM holds one CTA); -1 otherwise.
-  double own_slot_claims = -1;
   // A streaming kernel on every SM at once (mla/kernels/sm_stream.h), right after: each SM's rate
   // (GB/s; min / median / max over SMs of the per-SM means over the runs), its run-to-run
   // correlation by SM, and the correlation over SMs of an SM's mean rate with its mean decode
@@ -55,16 +50,6 @@ struct DecodeTimeline {
 // params: a planned decode (launch_mla_decode_plan already run on `stream`).
 DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, int runs,
                                        int sm_clock_khz, cudaStream_t stream);
-
-// Each SM's rate in the decode itself, as a plan balanced by SM takes them
-// (MlaDecodePlanParams::sm_weights): `runs` timeline launches of `params` (kFast's 16-row body on
-// a plan made without weights, already run on `stream`), each after an L2 flush; per CTA with
-// work, its part's cost units in the plan (C, or what is left for the last parts) over the time
-// from its entry to its pages computed, by the SM it ran on; the mean over the runs, in units per
-// ms. int32[kDecodeSmSlots]: an SM seen only without work gets the median of the others, one
-// never seen 0.
-std::vector<int32_t> decode_sm_weights_from_timeline(const kernels::MlaDecodeParams& params,
-                                                     int runs, cudaStream_t stream);
 
 // A few lines of text: the phases' times after the stamp and their durations inside a CTA.
 std::string format_decode_timeline(const DecodeTimeline& timeline, const std::string& label);

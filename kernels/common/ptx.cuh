@@ -67,14 +67,6 @@ __device__ __forceinline__ int load_acquire_gpu(const int* address) {
   return value;
 }
 
-// A 32-bit load with relaxed semantics at GPU scope (a word other CTAs change by atomics; not
-// served from this SM's L1).
-__device__ __forceinline__ int load_relaxed_gpu(const int* address) {
-  int value;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(address));
-  return value;
-}
-
 // atomicAdd with acquire-release semantics at GPU scope: the release orders this thread's earlier
 // writes (and, through a CTA barrier before it, its CTA's) before the add; the acquire orders
 // the writes released by earlier adds on the same counter before what follows. No SC fence (a

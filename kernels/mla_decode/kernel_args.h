@@ -41,11 +41,6 @@ struct DecodeKernelArgs {
   // tiles}, so that a part's row tiles (which read the same pages) are launched consecutively
   // (FlashMLA's order). Never with the fused combine, whose merge takes blockIdx.x as the part.
   bool tile_major_grid = false;
-  // kFast's 16-row body balanced by SM (MlaDecodeParams::sm_balanced): the plan's SM → part table
-  // and its working copy, from which each CTA claims its part (splitkv_mma.cuh); the launched
-  // combine copies the table back over the slots for the next launch. Null otherwise.
-  const int32_t* sm_part_table = nullptr;
-  int32_t* sm_part_slots = nullptr;
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

@@ -20,8 +20,7 @@ namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
-                        int32_t* sm_part_table, int32_t* sm_part_slots, int min_cost_per_part,
-                        cudaStream_t stream);
+                        int min_cost_per_part, cudaStream_t stream);
 }  // namespace decode
 
 namespace {
@@ -283,11 +282,7 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int seqlen_q, int num_h
       align_up(sizeof(int32_t) * size_t(layout.num_combine_counters), kWorkspaceAlignment);
   layout.partial_out_offset =
       layout.partial_lse_offset + align_up(sizeof(float) * partial_rows, kWorkspaceAlignment);
-  layout.sm_part_table_offset = align_up(
-      layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV, kWorkspaceAlignment);
-  layout.sm_part_slots_offset =
-      layout.sm_part_table_offset + sizeof(int32_t) * size_t(kDecodeSmSlots);
-  layout.total_bytes = layout.sm_part_slots_offset + sizeof(int32_t) * size_t(kDecodeSmSlots);
+  layout.total_bytes = layout.partial_out_offset + sizeof(float) * partial_rows * kHeadDimV;
   return layout;
 }
 
@@ -306,12 +301,6 @@ void check_mla_decode_plan_args(const MlaDecodePlanParams& params,
   require(params.min_cost_per_part >= 0,
           fmt::format("min_cost_per_part must be >= 0, got {}", params.min_cost_per_part));
   if (params.batch > 0) check_pointer(params.seqlens, "seqlens", alignof(int32_t));
-  if (params.sm_weights != nullptr)
-    check_pointer(params.sm_weights, "sm_weights", alignof(int32_t));
-  require(params.sm_balance == MlaDecodeSmBalance::kShares ||
-              params.sm_balance == MlaDecodeSmBalance::kRanked,
-          fmt::format("sm_balance must be kShares or kRanked, got {}",
-                      static_cast<int>(params.sm_balance)));
   check_workspace(params.workspace, params.workspace_bytes,
                   mla_decode_workspace_size(params.batch, params.seqlen_q, params.num_heads_q,
                                             params.num_heads_kv, params.num_sms));
@@ -379,10 +368,7 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
   auto* base = static_cast<uint8_t*>(params.workspace);
   decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
                              reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
-                             layout.num_combine_counters,
-                             reinterpret_cast<int32_t*>(base + layout.sm_part_table_offset),
-                             reinterpret_cast<int32_t*>(base + layout.sm_part_slots_offset),
-                             plan_min_cost_per_part(params), stream);
+                             layout.num_combine_counters, plan_min_cost_per_part(params), stream);
 }
 
 namespace {
@@ -421,16 +407,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       grid_ctas, params.num_sms, device.num_sms));
   const bool fused_combine =
       all_resident && resolved_decode_combine(params) == MlaDecodeCombine::kFused;
-  // A plan balanced by SM exists only where the shape allows one (the plan made the same choice);
-  // there only kFast's 16-row body with the launched combine reads it.
-  if (params.sm_balanced && decode_sm_balance_applies(args.shape, params.num_heads_kv)) {
-    require(fast, "sm_balanced needs kernel kFast (kBaseline misreads a plan balanced by SM)");
-    require(!fused_combine,
-            "sm_balanced needs the launched combine (the fused merge takes its part from "
-            "blockIdx.x); combine resolved to kFused");
-    args.sm_part_table = reinterpret_cast<const int32_t*>(base + layout.sm_part_table_offset);
-    args.sm_part_slots = reinterpret_cast<int32_t*>(base + layout.sm_part_slots_offset);
-  }
   {
     // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
     cuda::TensorMapBf16Spec spec;

@@ -107,8 +107,7 @@ struct PageTmaPipeline {
 
   // Thread 0: the stream's next page (if any) into stage pages_issued mod kNumStages. Only for a
   // pipeline fed by issue_next alone, so that issue order is consumption order.
-  template <typename Stream>
-  __device__ __forceinline__ void issue_next(const DecodeKernelArgs& args, Stream& stream,
+  __device__ __forceinline__ void issue_next(const DecodeKernelArgs& args, PartPageStream& stream,
                                              int kv_head) {
     int seq, page;
     if (!stream.next(&seq, &page)) return;
@@ -121,8 +120,8 @@ struct PageTmaPipeline {
   // Thread 0, before any other issue: the stream's first `kCount` pages, their block-table
   // entries read together first (one round trip for all of them instead of one per page: each
   // TMA issue is ordered after the loads before it).
-  template <int kCount, typename Stream>
-  __device__ __forceinline__ void issue_first(const DecodeKernelArgs& args, Stream& stream,
+  template <int kCount>
+  __device__ __forceinline__ void issue_first(const DecodeKernelArgs& args, PartPageStream& stream,
                                               int kv_head) {
     static_assert(kCount >= 1 && kCount <= kNumStages);
     int page_ids[kCount];

@@ -5,7 +5,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
-#include <cstdint>
 
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
@@ -27,101 +26,17 @@ struct PlanKernelArgs {
   int num_parts;
   int max_pages_per_seq;
   int min_cost_per_part;
-  // The SM → part table and its working copy (kDecodeSmSlots each, in the workspace): all -1
-  // without weights; the usual plan's kernel with weights: the ranked table
-  // (make_decode_sm_ranked_table_host()); the balanced plan's: make_decode_sm_part_table_host().
-  int32_t* sm_part_table;
-  int32_t* sm_part_slots;
-  const int32_t* sm_weights;  // [kDecodeSmSlots] or null
 };
-
-using PlanBlockScan = cub::BlockScan<int, kPlanThreads>;
 
 __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
   return num_pages_of(clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq));
 }
 
-// kFast's arrival counters start every step at 0 (each fused launch then adds a sequence's number
-// of pieces to its counter).
-__device__ __forceinline__ void zero_combine_counters(const PlanKernelArgs& args) {
-  for (int64_t i = threadIdx.x; i < args.num_combine_counters; i += kPlanThreads)
-    args.combine_counters[i] = 0;
-}
-
-// Pass 1 of both plans: cost_begin[0..batch) (the exclusive prefix of sequence costs); returns the
-// total, and the largest sequence cost in *max_seq_cost (shared). All threads call it.
-__device__ int scan_sequence_costs(const PlanKernelArgs& args, int32_t* cost_begin,
-                                   typename PlanBlockScan::TempStorage& scan_storage, int* carry,
-                                   int* max_seq_cost) {
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    *carry = 0;
-    *max_seq_cost = 0;
-  }
-  __syncthreads();
-  for (int base = 0; base < args.batch; base += kPlanThreads) {
-    const int seq = base + tid;
-    const int cost = seq < args.batch ? seq_cost(pages_of_seq(args, seq)) : 0;
-    if (cost > 0) atomicMax(max_seq_cost, cost);
-    int prefix, chunk_total;
-    PlanBlockScan(scan_storage).ExclusiveSum(cost, prefix, chunk_total);
-    if (seq < args.batch) cost_begin[seq] = *carry + prefix;
-    __syncthreads();
-    if (tid == 0) *carry += chunk_total;
-    __syncthreads();
-  }
-  return *carry;
-}
-
-// split_begin[0..batch) from each sequence's piece count splits_of(seq) (an exclusive prefix);
-// returns the total. All threads call it.
-template <typename SplitsOf>
-__device__ int scan_sequence_splits(const PlanKernelArgs& args, int32_t* split_begin,
-                                    typename PlanBlockScan::TempStorage& scan_storage, int* carry,
-                                    const SplitsOf& splits_of) {
-  const int tid = threadIdx.x;
-  if (tid == 0) *carry = 0;
-  __syncthreads();
-  for (int base = 0; base < args.batch; base += kPlanThreads) {
-    const int seq = base + tid;
-    const int splits = seq < args.batch ? splits_of(seq) : 0;
-    int prefix, chunk_total;
-    PlanBlockScan(scan_storage).ExclusiveSum(splits, prefix, chunk_total);
-    if (seq < args.batch) split_begin[seq] = *carry + prefix;
-    __syncthreads();
-    if (tid == 0) *carry += chunk_total;
-    __syncthreads();
-  }
-  return *carry;
-}
-
-// The first sequence whose cost interval ends after `unit` (binary search over the cost prefix).
-__device__ __forceinline__ int first_seq_ending_after(const int32_t* cost_begin, int batch,
-                                                      int unit) {
-  int lo = 0, hi = batch;
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (cost_begin[mid + 1] > unit)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return lo;
-}
-
-// The padding before the records is 0, as on the host (the plans compare word for word).
-__device__ __forceinline__ void zero_plan_padding(const PlanKernelArgs& args) {
-  const int64_t padding_begin =
-      kDecodePlanHeaderInts + 2 * (int64_t(args.batch) + 1) + args.num_parts;
-  for (int64_t i = padding_begin + threadIdx.x;
-       i < decode_part_records_offset(args.batch, args.num_parts); i += kPlanThreads)
-    args.plan[i] = 0;
-}
-
 // Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
-  __shared__ typename PlanBlockScan::TempStorage scan_storage;
+  using BlockScan = cub::BlockScan<int, kPlanThreads>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int carry;
   __shared__ int max_seq_cost;
   int32_t* header = args.plan;
@@ -130,60 +45,70 @@ __global__ void __launch_bounds__(kPlanThreads)
   int32_t* part_first_seq = split_begin + args.batch + 1;
   const int tid = threadIdx.x;
 
-  zero_combine_counters(args);
-  // The SM table. Without weights, none: a launch that asks for the balanced body finds every
-  // slot empty and takes its part by blockIdx.x (this plan's records hold p · C as their first
-  // unit, so it is correct). With weights (MlaDecodeSmBalance::kRanked): the parts in order of
-  // weight, then the rest in slot order.
-  if (args.sm_weights == nullptr) {
-    for (int slot = tid; slot < kDecodeSmSlots; slot += kPlanThreads) {
-      args.sm_part_table[slot] = -1;
-      args.sm_part_slots[slot] = -1;
-    }
-  } else {
-    static_assert(kDecodeSmSlots <= kPlanThreads);
-    __shared__ int32_t weights[kDecodeSmSlots];
-    if (tid < kDecodeSmSlots) weights[tid] = args.sm_weights[tid];
-    __syncthreads();
-    const bool weighted = tid < kDecodeSmSlots && weights[tid] > 0;
-    int unweighted_before, num_unweighted, weighted_before, num_weighted;
-    PlanBlockScan(scan_storage)
-        .ExclusiveSum(int(tid < kDecodeSmSlots && !weighted), unweighted_before, num_unweighted);
-    __syncthreads();
-    PlanBlockScan(scan_storage).ExclusiveSum(int(weighted), weighted_before, num_weighted);
-    if (tid < kDecodeSmSlots) {
-      const int part =
-          decode_sm_slot_part(weighted, weighted ? decode_sm_weight_rank(weights, tid) : 0,
-                              unweighted_before, num_weighted, args.num_parts);
-      args.sm_part_table[tid] = part;
-      args.sm_part_slots[tid] = part;
-    }
-    __syncthreads();
-  }
+  // kFast's arrival counters start every step at 0 (each fused launch then adds a sequence's number
+  // of pieces to its counter).
+  for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
+    args.combine_counters[i] = 0;
 
   // Pass 1: exclusive prefix of sequence costs, and the largest.
-  const int total_cost = scan_sequence_costs(args, cost_begin, scan_storage, &carry, &max_seq_cost);
+  if (tid == 0) {
+    carry = 0;
+    max_seq_cost = 0;
+  }
+  __syncthreads();
+  for (int base = 0; base < args.batch; base += kPlanThreads) {
+    const int seq = base + tid;
+    const int cost = seq < args.batch ? seq_cost(pages_of_seq(args, seq)) : 0;
+    if (cost > 0) atomicMax(&max_seq_cost, cost);
+    int prefix, chunk_total;
+    BlockScan(scan_storage).ExclusiveSum(cost, prefix, chunk_total);
+    if (seq < args.batch) cost_begin[seq] = carry + prefix;
+    __syncthreads();
+    if (tid == 0) carry += chunk_total;
+    __syncthreads();
+  }
+  const int total_cost = carry;
   const int per_part =
       cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
   __syncthreads();
 
   // Pass 2: exclusive prefix of splits per sequence.
-  const int total_splits = scan_sequence_splits(
-      args, split_begin, scan_storage, &carry,
-      [&](int seq) { return num_splits_of(cost_begin[seq], pages_of_seq(args, seq), per_part); });
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < args.batch; base += kPlanThreads) {
+    const int seq = base + tid;
+    const int splits =
+        seq < args.batch ? num_splits_of(cost_begin[seq], pages_of_seq(args, seq), per_part) : 0;
+    int prefix, chunk_total;
+    BlockScan(scan_storage).ExclusiveSum(splits, prefix, chunk_total);
+    if (seq < args.batch) split_begin[seq] = carry + prefix;
+    __syncthreads();
+    if (tid == 0) carry += chunk_total;
+    __syncthreads();
+  }
   if (tid == 0) {
     header[0] = per_part;
-    header[1] = total_splits;
+    header[1] = carry;
     header[2] = args.batch;
     header[3] = args.num_parts;
     cost_begin[args.batch] = total_cost;
-    split_begin[args.batch] = total_splits;
+    split_begin[args.batch] = carry;
   }
   __syncthreads();
 
-  // Pass 3: the first sequence each part touches.
-  for (int part = tid; part < args.num_parts; part += kPlanThreads)
-    part_first_seq[part] = first_seq_ending_after(cost_begin, args.batch, part * per_part);
+  // Pass 3: the first sequence each part touches (binary search over the cost prefix).
+  for (int part = tid; part < args.num_parts; part += kPlanThreads) {
+    const int unit = part * per_part;
+    int lo = 0, hi = args.batch;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (cost_begin[mid + 1] > unit)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    part_first_seq[part] = lo;
+  }
   __syncthreads();
 
   // Pass 4: each part's first piece, so a decode CTA starts from one load (DecodePartRecord).
@@ -192,130 +117,11 @@ __global__ void __launch_bounds__(kPlanThreads)
       args.plan + decode_part_records_offset(args.batch, args.num_parts));
   for (int part = tid; part < args.num_parts; part += kPlanThreads)
     records[part] = first_piece_record(view, args.seqlens, args.max_pages_per_seq, part);
-  zero_plan_padding(args);
-}
-
-// The plan balanced by SM (mla_decode_plan.h): the SM table, then the weighted plan over its part
-// weights. Same arithmetic as make_decode_sm_balanced_plan_host(), with block-wide scans in place
-// of the loops; num_parts ≤ kDecodeSmSlots ≤ kPlanThreads, so the parts are one chunk of a scan.
-__global__ void __launch_bounds__(kPlanThreads)
-    mla_decode_sm_balanced_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
-  // The weights' prefix fits 32 bits (parts ≤ 2^8, weights ≤ 2^20): one int scan for all (a
-  // 64-bit block scan of 1024 threads spilled 140 bytes).
-  static_assert(kDecodeSmSlots <= kPlanThreads);
-  static_assert(int64_t(kDecodeSmSlots) * kDecodeMaxPartWeight <= INT32_MAX);
-  __shared__ typename PlanBlockScan::TempStorage scan_storage;
-  __shared__ int carry;
-  __shared__ int max_seq_cost;
-  __shared__ int largest_part;
-  __shared__ int32_t part_weight[kDecodeSmSlots];
-  __shared__ int32_t unit_begin[kDecodeSmSlots + 1];  // U_p, then the total
-  __shared__ int32_t units_parts_before[kDecodeSmSlots];
-  int32_t* header = args.plan;
-  int32_t* cost_begin = header + kDecodePlanHeaderInts;
-  int32_t* split_begin = cost_begin + args.batch + 1;
-  int32_t* part_first_seq = split_begin + args.batch + 1;
-  const int tid = threadIdx.x;
-  const int num_parts = args.num_parts;
-
-  zero_combine_counters(args);
-
-  // The SM table: slots with a weight first, in order, then those without.
-  const int slot_weight = tid < kDecodeSmSlots ? args.sm_weights[tid] : 0;
-  const bool weighted = tid < kDecodeSmSlots && slot_weight > 0;
-  const bool unweighted = tid < kDecodeSmSlots && !weighted;
-  int weighted_before, num_weighted, unweighted_before, num_unweighted;
-  PlanBlockScan(scan_storage).ExclusiveSum(int(weighted), weighted_before, num_weighted);
-  __syncthreads();
-  PlanBlockScan(scan_storage).ExclusiveSum(int(unweighted), unweighted_before, num_unweighted);
-  if (tid < num_parts) part_weight[tid] = 0;
-  if (tid == 0) largest_part = 0;
-  __syncthreads();
-  if (tid < kDecodeSmSlots) {
-    const int part =
-        decode_sm_slot_part(weighted, weighted_before, unweighted_before, num_weighted, num_parts);
-    args.sm_part_table[tid] = part;
-    args.sm_part_slots[tid] = part;
-    if (part >= 0 && weighted) part_weight[part] = slot_weight;
-  }
-  __syncthreads();
-
-  // Pass 1: exclusive prefix of sequence costs.
-  const int total_cost = scan_sequence_costs(args, cost_begin, scan_storage, &carry, &max_seq_cost);
-
-  // The parts' first units: U_p = floor(total · W_p / W) (no weight positive: all weigh 1).
-  const int weight =
-      tid < num_parts ? (num_weighted > 0 ? int(part_share_weight(part_weight[tid])) : 1) : 0;
-  int weight_prefix, weight_total;
-  PlanBlockScan(scan_storage).ExclusiveSum(weight, weight_prefix, weight_total);
-  if (tid < num_parts)
-    unit_begin[tid] = weighted_unit_begin(total_cost, weight_prefix, weight_total);
-  if (tid == 0) unit_begin[num_parts] = total_cost;
-  __syncthreads();
-
-  // The largest part, and the parts with units before each (a sequence's pieces are numbered over
-  // those only).
-  const int part_units = tid < num_parts ? unit_begin[tid + 1] - unit_begin[tid] : 0;
-  if (part_units > 0) atomicMax(&largest_part, part_units);
-  int with_units_before, num_with_units;
-  PlanBlockScan(scan_storage).ExclusiveSum(int(part_units > 0), with_units_before, num_with_units);
-  if (tid < num_parts) units_parts_before[tid] = with_units_before;
-  __syncthreads();
-  auto rank_of_unit = [&](int unit) {
-    return units_parts_before[weighted_part_of_unit(unit_begin, num_parts, unit)];
-  };
-
-  // Pass 2: exclusive prefix of splits per sequence (the parts with units that its pages touch).
-  const int total_splits =
-      scan_sequence_splits(args, split_begin, scan_storage, &carry, [&](int seq) {
-        const int pages = pages_of_seq(args, seq);
-        if (pages == 0) return 0;
-        const int first = first_page_unit(cost_begin[seq]);
-        return rank_of_unit(first + pages - 1) - rank_of_unit(first) + 1;
-      });
-  if (tid == 0) {
-    header[0] = largest_part;
-    header[1] = total_splits;
-    header[2] = args.batch;
-    header[3] = num_parts;
-    cost_begin[args.batch] = total_cost;
-    split_begin[args.batch] = total_splits;
-  }
-  __syncthreads();
-
-  // Pass 3: the first sequence each part touches.
-  if (tid < num_parts)
-    part_first_seq[tid] = first_seq_ending_after(cost_begin, args.batch, unit_begin[tid]);
-  __syncthreads();
-
-  // Pass 4: each part's first piece (its split index counts the parts with units since the
-  // sequence's first).
-  const DecodePlanView view{args.plan, args.batch, num_parts};
-  auto* records = reinterpret_cast<DecodePartRecord*>(
-      args.plan + decode_part_records_offset(args.batch, num_parts));
-  if (tid < num_parts) {
-    int seq = part_first_seq[tid];
-    int first = 0;
-    DecodePiece piece;
-    const bool has_work =
-        next_piece_in_units(view, args.seqlens, args.max_pages_per_seq, unit_begin[tid],
-                            unit_begin[tid + 1], &seq, &piece, &first);
-    if (has_work)
-      piece.split_index = split_begin[piece.seq] + units_parts_before[tid] - rank_of_unit(first);
-    records[tid] = part_record(has_work ? &piece : nullptr, part_units, unit_begin[tid]);
-  }
-  zero_plan_padding(args);
-}
-
-// A launch balanced by SM leaves every slot of the table claimed (-1); the combine that follows
-// it puts the plan's table back for the next launch (the layers of a step share the plan). After
-// the split-KV grid is done: the caller has waited for it. Warp 0 of block (0, 0) copies (the
-// per-row combine's other warps may have returned).
-__device__ __forceinline__ void restore_sm_part_slots(const DecodeKernelArgs& args) {
-  if (args.sm_part_slots == nullptr || blockIdx.x != 0 || blockIdx.y != 0 || threadIdx.x >= 32)
-    return;
-  for (int slot = threadIdx.x; slot < kDecodeSmSlots; slot += 32)
-    args.sm_part_slots[slot] = args.sm_part_table[slot];
+  // The padding before the records is 0, as on the host (the plans compare word for word).
+  const int64_t padding_begin = part_first_seq + args.num_parts - args.plan;
+  for (int64_t i = padding_begin + tid; i < decode_part_records_offset(args.batch, args.num_parts);
+       i += kPlanThreads)
+    args.plan[i] = 0;
 }
 
 // The largest of value(k) for k in [0, count), over a warp (lanes stride over k); -inf if none.
@@ -353,7 +159,6 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
   // finished without waiting could let the stream's next kernel overtake the split grid.
   ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
-  restore_sm_part_slots(args);
   if (num_splits == 1) return;
 
   const int kv_head = row_index / rows_total;
@@ -438,8 +243,7 @@ __global__ void __launch_bounds__(kThreads)
   const int num_splits = plan.num_splits(batch_index);
   const int split0 = plan.split_begin()[batch_index];
   ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
-  restore_sm_part_slots(args);
-  if (num_splits == 1) return;  // the split-KV kernel wrote out and lse itself
+  if (num_splits == 1) return;     // the split-KV kernel wrote out and lse itself
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
@@ -532,11 +336,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
-                        int32_t* sm_part_table, int32_t* sm_part_slots, int min_cost_per_part,
-                        cudaStream_t stream) {
-  const bool sm_balanced =
-      params.sm_weights != nullptr && decode_sm_balance_applies(shape, params.num_heads_kv);
-  const bool shares = sm_balanced && params.sm_balance == MlaDecodeSmBalance::kShares;
+                        int min_cost_per_part, cudaStream_t stream) {
   PlanKernelArgs args{params.seqlens,
                       plan,
                       combine_counters,
@@ -544,15 +344,7 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       params.batch,
                       shape.num_parts,
                       params.max_pages_per_seq,
-                      min_cost_per_part,
-                      sm_part_table,
-                      sm_part_slots,
-                      sm_balanced ? params.sm_weights : nullptr};
-  if (shares) {
-    mla_decode_sm_balanced_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
-    MLA_CHECK_LAUNCH("mla_decode_sm_balanced_plan");
-    return;
-  }
+                      min_cost_per_part};
   mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }

@@ -22,8 +22,6 @@
 #pragma once
 
 #include <cmath>
-#include <stdexcept>
-#include <type_traits>
 
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
@@ -65,71 +63,25 @@ __device__ __forceinline__ void stamp(uint64_t* stamps, int slot) {
     stamps[kTimelineSlots + slot] = static_cast<uint64_t>(clock64());
   }
 }
-// The part a CTA runs: blockIdx.x, or the word at kClaimedPartOffset of the dynamic shared memory
-// (the balanced instantiations': read where it is needed rather than held in a register through
-// the page loop).
-template <int kClaimedPartOffset>
-__device__ __forceinline__ int claimed_part() {
-  if constexpr (kClaimedPartOffset < 0) {
-    return static_cast<int>(blockIdx.x);
-  } else {
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    return *reinterpret_cast<const int*>(smem_raw + kClaimedPartOffset);
-  }
-}
-template <bool kTimeline, int kClaimedPartOffset = -1>
+template <bool kTimeline>
 __device__ __forceinline__ void write_stamps(const DecodeKernelArgs& args, const uint64_t* stamps) {
   if constexpr (kTimeline) {
     if (threadIdx.x != 0) return;
     const int64_t index = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
     uint64_t* cta = args.timeline + decode_timeline_stamps_word(index);
     for (int i = 0; i < 2 * kTimelineSlots; ++i) cta[i] = stamps[i];
-    args.timeline[decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, index)] =
-        decode_timeline_sm_value(ptx::sm_id(), claimed_part<kClaimedPartOffset>());
+    args.timeline[decode_timeline_sm_word(int64_t(gridDim.x) * gridDim.y, index)] = ptx::sm_id();
   }
 }
-// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps,
-// then (the instantiations balanced by SM) the claimed part.
-template <int kRowsPerTile, bool kTimeline, bool kSmBalanced = false>
+// Shared memory of the 16-row body: its storage, then (the timeline instantiation) the stamps.
+template <int kRowsPerTile, bool kTimeline>
 inline constexpr int kMmaSmemBytes = int(sizeof(SharedStorage<kRowsPerTile>)) +
-                                     (kTimeline ? 2 * kTimelineSlots * 8 : 0) +
-                                     (kSmBalanced ? 16 : 0);
-static_assert(kMmaSmemBytes<16, true, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
+                                     (kTimeline ? 2 * kTimelineSlots * 8 : 0);
+static_assert(kMmaSmemBytes<16, true> <= 227 * 1024, "must fit the sm_90 opt-in limit");
 
-// The balanced instantiations' part (MlaDecodeParams::sm_balanced): thread 0 takes the part in
-// this SM's slot of the plan's table by an atomic exchange with -1. When that slot holds none (an
-// SM outside the table, or a second CTA on this SM) it claims the first slot that still holds
-// one, reading the slots with relaxed loads at GPU scope (not through this SM's L1, which could
-// hide the exchanges); a pass that lost an exchange goes again. Only P CTAs claim from P parts,
-// so some slot holds a part until this CTA has one; a pass that finds none means the plan has no
-// table, and the part is blockIdx.x. The scan is one load at a time (up to 256 L2 round trips):
-// a warp-wide scan, or eight loads in flight, cost the body 2-3 registers that ptxas spilled, and
-// a CTA scans only off the normal path (one CTA per SM, every SM in the table). Every thread gets
-// the part through shared memory (the barrier is here).
-__device__ __forceinline__ int claim_sm_part(const DecodeKernelArgs& args, int* shared_part) {
-  if (threadIdx.x == 0) {
-    const uint32_t sm = ptx::sm_id();
-    int part = sm < uint32_t(kDecodeSmSlots) ? atomicExch(args.sm_part_slots + sm, -1) : -1;
-    for (bool retry = part < 0; retry;) {
-      retry = false;
-      for (int slot = 0; slot < kDecodeSmSlots && part < 0; ++slot) {
-        if (ptx::load_relaxed_gpu(args.sm_part_slots + slot) < 0) continue;
-        part = atomicExch(args.sm_part_slots + slot, -1);
-        retry = part < 0;
-      }
-    }
-    *shared_part = part >= 0 ? part : static_cast<int>(blockIdx.x);
-  }
-  __syncthreads();
-  return *shared_part;
-}
-
-// kSmBalanced: the part comes from claim_sm_part() (a plan balanced by SM, launched combine only)
-// and its pieces are walked by WeightedPartPieceCursor; otherwise the part is blockIdx.x.
-template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false, bool kSmBalanced = false>
+template <int kRowsPerTile, bool kFusedCombine, bool kTimeline = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_splitkv_mma_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  static_assert(!(kSmBalanced && kFusedCombine), "the fused merge takes blockIdx.x as the part");
   using Cfg = TileConfig<kRowsPerTile>;
   constexpr int kMS = Cfg::kMTilesS;
   constexpr int kNS = Cfg::kNTilesS;
@@ -172,17 +124,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   ptx::launch_dependents();
 
   const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
-  using Cursor = std::conditional_t<kSmBalanced, WeightedPartPieceCursor, PartPieceCursor>;
-  int* const claimed_part_word =
-      reinterpret_cast<int*>(smem_raw + kMmaSmemBytes<kRowsPerTile, kTimeline>);
-  int part = static_cast<int>(blockIdx.x);
-  if constexpr (kSmBalanced) part = claim_sm_part(args, claimed_part_word);
-  Cursor cursor(plan, p.seqlens, p.max_pages_per_seq, part);
+  PartPieceCursor cursor(plan, p.seqlens, p.max_pages_per_seq, blockIdx.x);
   DecodePiece piece;
   const bool has_work = cursor.first(&piece);
   stamp<kTimeline>(stamps, kTimelineFirstPiece);
   // Thread 0's look-ahead: the same pages, issued ahead.
-  PartPageStreamOf<Cursor> prefetch(cursor, has_work, piece);
+  PartPageStream prefetch(cursor, has_work, piece);
 
   // The first piece's queries are requested before its pages: they are needed first, and behind
   // two pages' TMA copies they arrived 2.6-7 µs late (the timeline, docs/kernels/mla_decode.md).
@@ -476,27 +423,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
   }
   stamp<kTimeline>(stamps, kTimelineExit);
-  write_stamps<kTimeline, kSmBalanced ? kMmaSmemBytes<kRowsPerTile, kTimeline> : -1>(args, stamps);
+  write_stamps<kTimeline>(args, stamps);
 }
 
 template <int kRowsPerTile>
 void launch_splitkv_mma(const DecodeKernelArgs& args, bool fused_combine, cudaStream_t stream) {
-  const bool timeline = args.timeline != nullptr;
-  const bool sm_balanced = args.sm_part_slots != nullptr;
-  if (sm_balanced && fused_combine)
-    throw std::logic_error(
-        "mla_decode_splitkv_mma: a launch balanced by SM cannot fuse its combine");
-  const int smem_bytes = sm_balanced ? (timeline ? kMmaSmemBytes<kRowsPerTile, true, true>
-                                                 : kMmaSmemBytes<kRowsPerTile, false, true>)
-                         : timeline  ? kMmaSmemBytes<kRowsPerTile, true>
-                                     : kMmaSmemBytes<kRowsPerTile, false>;
-  auto* kernel =
-      sm_balanced     ? (timeline ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true, true>
-                                  : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, false, true>)
-      : timeline      ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
-                                       : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
-      : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
-                      : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
+  const int smem_bytes = args.timeline != nullptr ? kMmaSmemBytes<kRowsPerTile, true>
+                                                  : kMmaSmemBytes<kRowsPerTile, false>;
+  auto* kernel = args.timeline != nullptr
+                     ? (fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true, true>
+                                      : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false, true>)
+                 : fused_combine ? &mla_decode_splitkv_mma_kernel<kRowsPerTile, true>
+                                 : &mla_decode_splitkv_mma_kernel<kRowsPerTile, false>;
   // The opt-in shared memory limit is a per-function attribute; setting it costs little and is
   // legal during stream capture, so it is set on every launch (correct on every device).
   MLA_CUDA_CHECK(

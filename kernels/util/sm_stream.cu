@@ -1,10 +1,6 @@
 // Device side of mla/kernels/sm_stream.h.
-#include <algorithm>
-#include <stdexcept>
-
 #include "common/ptx.cuh"
 #include "cuda/check.h"
-#include "mla/kernels/mla_decode_plan.h"
 #include "mla/kernels/sm_stream.h"
 
 namespace mla::kernels {
@@ -60,50 +56,6 @@ void launch_sm_stream(const uint64_t* src, size_t words_per_cta, int ctas, uint6
   sm_stream_kernel<<<ctas, kStreamThreads, kStreamSmemBytes, stream>>>(
       reinterpret_cast<const uint4*>(src), words_per_cta / 2, records);
   MLA_CHECK_LAUNCH("sm_stream");
-}
-
-std::vector<int32_t> measure_sm_stream_weights(int num_sms, int runs, size_t bytes_per_sm,
-                                               cudaStream_t stream) {
-  if (num_sms < 1 || runs < 1 || bytes_per_sm < 16 || bytes_per_sm % 16 != 0)
-    throw std::invalid_argument(
-        "measure_sm_stream_weights: needs num_sms >= 1, runs >= 1 and bytes_per_sm a positive "
-        "multiple of 16");
-  const size_t words_per_cta = bytes_per_sm / sizeof(uint64_t);
-  uint64_t* src = nullptr;
-  uint64_t* records = nullptr;
-  MLA_CUDA_CHECK(cudaMalloc(&src, bytes_per_sm * size_t(num_sms)));
-  MLA_CUDA_CHECK(cudaMalloc(&records, sizeof(uint64_t) * kSmStreamRecordWords * size_t(num_sms)));
-  std::vector<std::vector<double>> rates(kDecodeSmSlots);  // MB/s per run, by SM id
-  std::vector<uint64_t> host(size_t(kSmStreamRecordWords) * size_t(num_sms));
-  try {
-    MLA_CUDA_CHECK(cudaMemsetAsync(src, 0x5a, bytes_per_sm * size_t(num_sms), stream));
-    for (int run = 0; run < runs; ++run) {
-      launch_sm_stream(src, words_per_cta, num_sms, records, stream);
-      MLA_CUDA_CHECK(cudaMemcpyAsync(host.data(), records, host.size() * sizeof(uint64_t),
-                                     cudaMemcpyDeviceToHost, stream));
-      MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-      for (int cta = 0; cta < num_sms; ++cta) {
-        const uint64_t* record = host.data() + size_t(cta) * kSmStreamRecordWords;
-        const int64_t ns = int64_t(record[2] - record[1]);
-        if (record[0] < uint64_t(kDecodeSmSlots) && ns > 0)
-          rates[record[0]].push_back(double(bytes_per_sm) / double(ns) * 1e3);  // MB/s
-      }
-    }
-  } catch (...) {
-    cudaFree(src);
-    cudaFree(records);
-    throw;
-  }
-  MLA_CUDA_CHECK(cudaFree(src));
-  MLA_CUDA_CHECK(cudaFree(records));
-  std::vector<int32_t> weights(kDecodeSmSlots, 0);
-  for (int sm = 0; sm < kDecodeSmSlots; ++sm) {
-    std::vector<double>& r = rates[sm];
-    if (r.empty()) continue;
-    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
-    weights[sm] = std::max(1, static_cast<int32_t>(std::min(r[r.size() / 2], 2e9)));
-  }
-  return weights;
 }
 
 }  // namespace mla::kernels

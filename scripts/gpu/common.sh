@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the scripts that run ON the lent GPU machine (check.sh, decode-ab.sh, sm-balance.sh):
+# Sourced by the scripts that run ON the lent GPU machine (check.sh, decode-ab.sh):
 # how a source tree is configured and built for sm_90a there (with FlashMLA built in when
 # .carry/flashmla exists), which GPU tests must run one at a time, and how the GPU label runs.
 

@@ -62,38 +62,6 @@ TEST(MlaDecodeArgs, ValidParamsPass) {
   EXPECT_NO_THROW(check_mla_decode_args(valid_params(), hopper()));
 }
 
-// The plan's params: valid ones pass; SM weights must be aligned, the balance one of the two.
-TEST(MlaDecodeArgs, PlanParams) {
-  MlaDecodePlanParams p;
-  p.seqlens = fake_pointer<const int32_t>(0x40000);
-  p.batch = 4;
-  p.seqlen_q = 1;
-  p.num_heads_q = 16;
-  p.num_sms = 132;
-  p.max_pages_per_seq = 20;
-  p.workspace = fake_pointer<void>(0x70000);
-  p.workspace_bytes = mla_decode_workspace_size(4, 1, 16, 1, 132);
-  EXPECT_NO_THROW(check_mla_decode_plan_args(p, hopper()));
-  p.sm_weights = fake_pointer<const int32_t>(0x80000);
-  p.sm_balance = MlaDecodeSmBalance::kRanked;
-  EXPECT_NO_THROW(check_mla_decode_plan_args(p, hopper()));
-  auto rejected = [&](const MlaDecodePlanParams& bad, const std::string& expected_text) {
-    try {
-      check_mla_decode_plan_args(bad, hopper());
-      ADD_FAILURE() << "expected an error mentioning \"" << expected_text << "\"";
-    } catch (const Error& error) {
-      EXPECT_NE(std::string(error.what()).find(expected_text), std::string::npos)
-          << "message: " << error.what();
-    }
-  };
-  MlaDecodePlanParams misaligned = p;
-  misaligned.sm_weights = fake_pointer<const int32_t>(0x80002);
-  rejected(misaligned, "sm_weights");
-  MlaDecodePlanParams unknown = p;
-  unknown.sm_balance = static_cast<MlaDecodeSmBalance>(7);
-  rejected(unknown, "sm_balance must be kShares or kRanked, got 7");
-}
-
 TEST(MlaDecodeArgs, HeadDimsAndPageSize) {
   expect_rejected([](auto& p) { p.head_dim_qk = 192; },
                   "head_dim_qk must be 576 (kv_lora_rank 512 + rope 64), got 192");
@@ -160,9 +128,7 @@ TEST(MlaDecodeArgs, WorkspaceGrowsWithTheProblem) {
   const DecodeWorkspaceLayout layout = decode_workspace_layout(8, 1, 16, 1, 132);
   EXPECT_EQ(layout.max_splits, 8 + 132);
   EXPECT_EQ(layout.partial_out_offset % 256, 0u);
-  // The partials, then the SM → part table and its working copy.
-  EXPECT_EQ(layout.sm_part_table_offset, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
-  EXPECT_EQ(layout.total_bytes, layout.sm_part_table_offset + 2 * kDecodeSmSlots * sizeof(int32_t));
+  EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + size_t(140) * 16 * 512 * 4);
 }
 
 TEST(MlaDecodeArgs, SmallBatchRule) {
@@ -302,8 +268,7 @@ TEST(MlaDecodeArgs, WhichLaunchesTheDiagnosticsRecord) {
 }
 
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
-  // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out |
-  // the SM → part table | its working copy.
+  // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out.
   struct Shape {
     int batch, seqlen_q, heads_q, heads_kv, sms;
   };
@@ -328,14 +293,7 @@ TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
     const size_t partial_rows = size_t(layout.max_splits) * s.heads_kv * shape.rows_per_kv_head;
     EXPECT_GE(layout.partial_out_offset, layout.partial_lse_offset + sizeof(float) * partial_rows)
         << label;
-    EXPECT_EQ(layout.sm_part_table_offset % 256, 0u) << label;
-    EXPECT_GE(layout.sm_part_table_offset,
-              layout.partial_out_offset + sizeof(float) * partial_rows * 512)
-        << label;
-    EXPECT_EQ(layout.sm_part_slots_offset,
-              layout.sm_part_table_offset + sizeof(int32_t) * kDecodeSmSlots)
-        << label;
-    EXPECT_EQ(layout.total_bytes, layout.sm_part_slots_offset + sizeof(int32_t) * kDecodeSmSlots)
+    EXPECT_EQ(layout.total_bytes, layout.partial_out_offset + sizeof(float) * partial_rows * 512)
         << label;
   }
   // h_q = 128, s_q = 2: 256 rows, four 64-row tiles per kv head.

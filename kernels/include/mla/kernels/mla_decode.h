@@ -98,13 +98,6 @@ enum class MlaDecodeSchedule {
 inline constexpr int kSeesawSFirstMinRows = 128;
 const char* to_string(MlaDecodeSchedule schedule);
 
-// How a plan uses MlaDecodePlanParams::sm_weights (mla_decode_plan.h, "a plan balanced by SM").
-// kShares: each SM's share of the cost in proportion to its weight (a part boundary may then split
-// any sequence). kRanked: the usual plan, which keeps whole sequences where it can (C a multiple
-// of a sequence's cost); the SM table puts its parts in order of weight, the fastest SM first, so
-// that the last parts, with less work or none, run on the slowest SMs.
-enum class MlaDecodeSmBalance { kShares, kRanked };
-
 struct MlaDecodePlanParams {
   const int32_t* seqlens = nullptr;  // [batch] int32, device
   int batch = 0;
@@ -119,12 +112,6 @@ struct MlaDecodePlanParams {
   // pieces for small batches, e.g. for kFast's fused combine. 0: the balanced plan, or
   // MLA_DECODE_MIN_COST_PER_PART from the environment when set (for measuring).
   int min_cost_per_part = 0;
-  // The plan balanced by SM (mla_decode_plan.h): each SM's rate by %smid, int32[kDecodeSmSlots]
-  // on the device (0: no such SM; e.g. from a calibration, mla/kernels/sm_stream.h). Used where the
-  // shape runs kFast's 16-row body on one grid row (decode_sm_balance_applies()); elsewhere the
-  // plan is the usual one. The launches that use this plan must set MlaDecodeParams::sm_balanced.
-  const int32_t* sm_weights = nullptr;
-  MlaDecodeSmBalance sm_balance = MlaDecodeSmBalance::kShares;  // how (with sm_weights)
 };
 
 struct MlaDecodeParams {
@@ -140,12 +127,6 @@ struct MlaDecodeParams {
   int max_pages_per_seq = 0;  // block_table row length
   float softmax_scale = 0.f;  // qk_head_dim^-0.5 · mscale² for DeepSeek (not 576^-0.5)
   bool causal = false;
-  // The plan was made with MlaDecodePlanParams::sm_weights: kFast's 16-row body takes each CTA's
-  // part from its SM's slot (decode_sm_balance_applies(); launched combine only, kBaseline and
-  // kFused throw mla::Error). Required with such a plan: the other bodies would misread it. A
-  // plan made without weights is read correctly either way. (Declared in the padding after
-  // `causal`, so the kernels' argument layout is unchanged.)
-  bool sm_balanced = false;
 
   const bf16* q = nullptr;  // [b, s_q, h_q, 576] bf16, strides in elements
   int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;
@@ -199,8 +180,7 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 // otherwise mla::Error). `timeline` (device memory, zeroed by the caller) receives, per CTA of the
 // split-KV grid (blockIdx.y · gridDim.x + blockIdx.x), kDecodeTimelineSlots %globaltimer values
 // (ns) then as many clock64 values (cycles of its SM), and after all CTAs' stamps one word per CTA
-// in the same order, the SM it ran on (%smid) and, from the 16-row body, the part it ran
-// (decode_timeline_sm_of(), decode_timeline_part_of()); a slot a CTA never reaches stays 0. Phases,
+// in the same order, the SM it ran on (%smid); a slot a CTA never reaches stays 0. Phases,
 // in order: entry, first piece known, the first piece's queries loaded, its first page landed (the
 // seesaw's pairs order: the first page's half that warpgroup 0's S reads first), the last piece's
 // pages computed, its output stored, exit. It runs a separate instantiation of the same body (the
@@ -213,17 +193,6 @@ MLA_HOST_DEVICE int64_t decode_timeline_stamps_word(int64_t cta) {
 }
 MLA_HOST_DEVICE int64_t decode_timeline_sm_word(int64_t ctas, int64_t cta) {
   return ctas * 2 * kDecodeTimelineSlots + cta;
-}
-// That word: the SM id in the low 32 bits, the part + 1 in the high ones (0: not recorded; the
-// seesaw records none). The part shows whether a balanced launch's CTA ran its SM's own part.
-MLA_HOST_DEVICE uint64_t decode_timeline_sm_value(uint32_t sm, int part) {
-  return uint64_t(sm) | uint64_t(uint32_t(part + 1)) << 32;
-}
-MLA_HOST_DEVICE uint32_t decode_timeline_sm_of(uint64_t word) {
-  return static_cast<uint32_t>(word);
-}
-MLA_HOST_DEVICE int decode_timeline_part_of(uint64_t word) {
-  return static_cast<int>(word >> 32) - 1;
 }
 bool decode_timeline_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
@@ -253,8 +222,6 @@ struct DecodeWorkspaceLayout {
   size_t combine_counters_offset = 0;  // int32[num_combine_counters]: kFast's arrival counters
   size_t partial_lse_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head]
   size_t partial_out_offset = 0;       // fp32[max_splits, h_kv, rows_per_kv_head, 512]
-  size_t sm_part_table_offset = 0;     // int32[kDecodeSmSlots]: the plan's SM → part table
-  size_t sm_part_slots_offset = 0;     // int32[kDecodeSmSlots]: its copy the CTAs claim from
   size_t total_bytes = 0;
   int max_splits = 0;                // batch + num_parts: the most pieces a plan can make
   int64_t num_combine_counters = 0;  // batch · h_kv · num_row_tiles

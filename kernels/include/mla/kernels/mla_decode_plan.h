@@ -113,8 +113,8 @@ struct alignas(16) DecodePartRecord {
   int32_t page_end = 0;
   int32_t split_index = 0;
   int32_t num_splits = 0;
-  int32_t cost_per_part = 0;  // the part's C (its units), so its later pieces need no header load
-  int32_t first_unit = 0;     // the part's first cost unit (p · C, or a weighted plan's U_p)
+  int32_t cost_per_part = 0;  // the plan's C, so the part's later pieces need no header load
+  int32_t reserved = 0;       // pads the record to 32 bytes
 };
 inline constexpr int kDecodePartRecordInts = 8;
 static_assert(sizeof(DecodePartRecord) == kDecodePartRecordInts * sizeof(int32_t));
@@ -207,8 +207,6 @@ class PartPieceCursor {
   }
 
   // The next piece, after first() (or from the start, for a scanning() cursor).
-  // (Its loop is next_piece_in_units()'s, written out: calling it changed the decode kernels'
-  // SASS, which stays the code measured.)
   MLA_HOST_DEVICE bool next(DecodePiece* piece) {
     const int32_t* cost_begin = plan_.cost_begin();
     const int unit_begin = part_ * per_part_;
@@ -248,12 +246,10 @@ class PartPieceCursor {
   int seq_ = 0;       // the next sequence the scan looks at
 };
 
-// A part's record: its first piece (none: seq = -1), its C and its first unit.
-MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part,
-                                             int first_unit) {
+// A part's record: its first piece (none: seq = -1) and its C.
+MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part) {
   DecodePartRecord record;
   record.cost_per_part = cost_per_part;
-  record.first_unit = first_unit;
   if (first_piece == nullptr) return record;
   record.seq = first_piece->seq;
   record.seqlen = first_piece->seqlen;
@@ -271,184 +267,20 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
   PartPieceCursor cursor = PartPieceCursor::scanning(plan, seqlens, max_pages_per_seq, part);
   DecodePiece piece;
   const bool has_work = cursor.next(&piece);
-  return part_record(has_work ? &piece : nullptr, plan.cost_per_part(),
-                     part * plan.cost_per_part());
-}
-
-// ---- A plan weighted by SM: the memory-bound rows' next step (docs/kernels/mla_decode.md, "a plan
-// weighted by SM") ----
-// The same SMs take in pages up to ~20 % slower in every run (seventeenth session), so a share per
-// part in proportion to its SM's rate lets every SM finish together. Part p owns the cost units
-// [U_p, U_{p+1}), U_p = floor(total · W_p / W) with W_p the sum of the weights of the parts before
-// p and W of all (64-bit integer arithmetic: the host and the device agree exactly; weights are
-// clamped to [0, kDecodeMaxPartWeight], and when none is positive every part weighs 1). The layout
-// is the plan's usual one; each record holds its part's own C (U_{p+1} − U_p) and U_p; the header's
-// cost_per_part is the largest part's C.
-
-// A part's weight as the shares count it: negative counts as 0, above kDecodeMaxPartWeight as
-// that (total · W_p then fits 64 bits: 2^31 units · 2^8 parts · 2^20).
-inline constexpr int32_t kDecodeMaxPartWeight = 1 << 20;
-MLA_HOST_DEVICE int64_t part_share_weight(int32_t weight) {
-  return weight < 0 ? 0 : weight > kDecodeMaxPartWeight ? kDecodeMaxPartWeight : weight;
-}
-
-// U_p for a part whose preceding weights sum to weight_prefix, out of weight_total.
-MLA_HOST_DEVICE int weighted_unit_begin(int total_cost, int64_t weight_prefix,
-                                        int64_t weight_total) {
-  return weight_total > 0 ? static_cast<int>(int64_t(total_cost) * weight_prefix / weight_total)
-                          : 0;
-}
-
-// The part whose units contain `unit`, given the parts' first units unit_begin[0..num_parts)
-// (ascending, unit_begin[0] = 0): the last part whose first unit is at or before it.
-MLA_HOST_DEVICE int weighted_part_of_unit(const int32_t* unit_begin, int num_parts, int unit) {
-  int lo = 0, hi = num_parts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (unit_begin[mid] <= unit)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
-// The next piece of the sequences from *seq on that overlaps the cost units [unit_begin,
-// unit_end), split index left to the caller; *seq moves past it, *first_unit is its sequence's
-// first page unit.
-MLA_HOST_DEVICE bool next_piece_in_units(const DecodePlanView& plan, const int32_t* seqlens,
-                                         int max_pages_per_seq, int unit_begin, int unit_end,
-                                         int* seq, DecodePiece* piece, int* first_unit) {
-  const int32_t* cost_begin = plan.cost_begin();
-  auto clamp_index = [](int value, int upper) {
-    return value < 0 ? 0 : value > upper ? upper : value;
-  };
-  for (; *seq < plan.batch && cost_begin[*seq] < unit_end; ++*seq) {
-    const int seqlen = clamp_seqlen(seqlens[*seq], max_pages_per_seq);
-    const int num_pages = num_pages_of(seqlen);
-    const int first = first_page_unit(cost_begin[*seq]);
-    const int begin = clamp_index(unit_begin - first, num_pages);
-    const int end = clamp_index(unit_end - first, num_pages);
-    if (begin >= end) continue;
-    piece->seq = *seq;
-    piece->seqlen = seqlen;
-    piece->page_begin = begin;
-    piece->page_end = end;
-    piece->num_splits = plan.num_splits(*seq);
-    *first_unit = first;
-    ++*seq;
-    return true;
-  }
-  return false;
-}
-
-// Walks the pieces of one part of a weighted plan: the first from its record, the later ones by
-// the scan over the part's units ([first_unit, first_unit + cost_per_part) of its record). A later
-// piece of a part starts at its sequence's first page (the sequence begins inside the part, after
-// the first piece's), so it is that sequence's first piece: page 0 on, split index
-// split_begin[seq], no division, and only the part's end to remember. The same holds in the
-// balanced plan (its records' first_unit is p · C), so this cursor walks either kind.
-class WeightedPartPieceCursor {
- public:
-  MLA_HOST_DEVICE WeightedPartPieceCursor(const DecodePlanView& plan, const int32_t* seqlens,
-                                          int max_pages_per_seq, int part)
-      : plan_(plan), seqlens_(seqlens), max_pages_per_seq_(max_pages_per_seq), part_(part) {}
-
-  // The part's first piece, from its record; false if the part has no work. Call once, first.
-  MLA_HOST_DEVICE bool first(DecodePiece* piece) {
-    const DecodePartRecord record = load_part_record(plan_.part_records() + part_);
-    unit_end_ = record.first_unit + record.cost_per_part;
-    if (record.seq < 0) {
-      seq_ = plan_.batch;
-      return false;
-    }
-    seq_ = record.seq + 1;
-    *piece = {record.seq,      record.seqlen,      record.page_begin,
-              record.page_end, record.split_index, record.num_splits};
-    return true;
-  }
-
-  MLA_HOST_DEVICE bool next(DecodePiece* piece) {
-    const int32_t* cost_begin = plan_.cost_begin();
-    for (; seq_ < plan_.batch && cost_begin[seq_] < unit_end_; ++seq_) {
-      const int seqlen = clamp_seqlen(seqlens_[seq_], max_pages_per_seq_);
-      const int num_pages = num_pages_of(seqlen);
-      const int to_end = unit_end_ - first_page_unit(cost_begin[seq_]);
-      const int end = to_end < num_pages ? to_end : num_pages;
-      if (end <= 0) continue;
-      piece->seq = seq_;
-      piece->seqlen = seqlen;
-      piece->page_begin = 0;
-      piece->page_end = end;
-      piece->split_index = plan_.split_begin()[seq_];
-      piece->num_splits = plan_.num_splits(seq_);
-      ++seq_;
-      return true;
-    }
-    return false;
-  }
-
- private:
-  DecodePlanView plan_;
-  const int32_t* seqlens_;
-  int max_pages_per_seq_;
-  int part_;
-  int unit_end_ = 0;
-  int seq_ = 0;
-};
-
-// ---- A plan balanced by SM: the weighted plan, one part per SM of the device ----
-// The caller measures each SM's rate once (a calibration, e.g. kernels/util/sm_stream.cu) and
-// passes it as sm_weights[%smid] (0: no such SM). The plan gives the parts to the SMs with a
-// weight, in %smid order (part p's weight is its SM's); parts left over (fewer SMs with a weight
-// than parts) go to the slots without one, in order; SMs beyond the parts get none. So each of
-// the num_parts ≤ kDecodeSmSlots parts sits in exactly one slot of the table. A decode CTA takes
-// the part in its SM's slot, claiming it by an atomic exchange with -1; a CTA whose slot is empty
-// (an SM outside the table, or two CTAs on one SM) claims another slot's part. Every CTA gets a
-// part of its own whatever the block scheduler does: the table balances, it never decides
-// correctness.
-inline constexpr int kDecodeSmSlots = 256;  // %smid values a table covers (H100 / H200: < 144)
-
-// The part of a slot: `weighted` (its weight is > 0), with weighted_before / unweighted_before
-// slots of each kind before it and num_weighted weighted slots in all; -1: no part.
-MLA_HOST_DEVICE int decode_sm_slot_part(bool weighted, int weighted_before, int unweighted_before,
-                                        int num_weighted, int num_parts) {
-  const int part = weighted ? weighted_before : num_weighted + unweighted_before;
-  return part < num_parts ? part : -1;
-}
-
-// The place of weighted slot `slot` in the order of weight (the heaviest first, ties by slot):
-// the weighted slots before it in that order. weights: int32[kDecodeSmSlots].
-MLA_HOST_DEVICE int decode_sm_weight_rank(const int32_t* weights, int slot) {
-  const int32_t own = weights[slot];
-  int rank = 0;
-  for (int other = 0; other < kDecodeSmSlots; ++other) {
-    const int32_t w = weights[other];
-    rank += w > 0 && (w > own || (w == own && other < slot)) ? 1 : 0;
-  }
-  return rank;
-}
-
-// Whether a launch shape can run a plan balanced by SM: kFast's 16-row body with one grid row
-// (h_kv · row tiles = 1, so the parts are the grid) and parts that fit the table.
-MLA_HOST_DEVICE bool decode_sm_balance_applies(const DecodeLaunchShape& shape, int num_heads_kv) {
-  return shape.rows_per_tile == 16 && num_heads_kv * shape.num_row_tiles == 1 &&
-         shape.num_parts <= kDecodeSmSlots;
+  return part_record(has_work ? &piece : nullptr, plan.cost_per_part());
 }
 
 // The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
 // look-ahead for the decode kernels' page pipeline; the CPU tests check it against the pieces).
-// Made from a cursor (PartPieceCursor or WeightedPartPieceCursor) that has just returned the
-// part's first piece (has_first: the part has one).
-template <typename Cursor>
-struct PartPageStreamOf {
-  Cursor cursor;
+// Made from a cursor that has just returned the part's first piece (has_first: the part has one).
+struct PartPageStream {
+  PartPieceCursor cursor;
   int seq = 0;
   int page = 0;      // the next page of the current piece
   int page_end = 0;  // the current piece's end (0: none)
 
-  MLA_HOST_DEVICE PartPageStreamOf(const Cursor& after_first, bool has_first,
-                                   const DecodePiece& first_piece)
+  MLA_HOST_DEVICE PartPageStream(const PartPieceCursor& after_first, bool has_first,
+                                 const DecodePiece& first_piece)
       : cursor(after_first) {
     if (has_first) {
       seq = first_piece.seq;
@@ -470,34 +302,10 @@ struct PartPageStreamOf {
     return true;
   }
 };
-using PartPageStream = PartPageStreamOf<PartPieceCursor>;
 
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
                                            int max_pages_per_seq, int min_cost_per_part = 0);
-
-// A weighted plan (above): part p's share in proportion to weights[p].
-std::vector<int32_t> make_decode_weighted_plan_host(const int32_t* seqlens, int batch,
-                                                    const int32_t* weights, int num_parts,
-                                                    int max_pages_per_seq);
-
-// The SM table (above) from sm_weights[kDecodeSmSlots]: part_of_slot[kDecodeSmSlots], and each
-// part's weight in *part_weights.
-std::vector<int32_t> make_decode_sm_part_table_host(const int32_t* sm_weights, int num_parts,
-                                                    std::vector<int32_t>* part_weights);
-
-// The ranked SM table (MlaDecodeSmBalance::kRanked) from sm_weights[kDecodeSmSlots]: the weighted
-// slots take parts 0, 1, … in order of weight (decode_sm_weight_rank()), the others the parts left
-// over, in slot order, as in the shares' table.
-std::vector<int32_t> make_decode_sm_ranked_table_host(const int32_t* sm_weights, int num_parts);
-
-// The plan balanced by SM: the weighted plan over the table's part weights (what
-// launch_mla_decode_plan() writes with MlaDecodePlanParams::sm_weights; the table in
-// *part_of_slot).
-std::vector<int32_t> make_decode_sm_balanced_plan_host(const int32_t* seqlens, int batch,
-                                                       const int32_t* sm_weights, int num_parts,
-                                                       int max_pages_per_seq,
-                                                       std::vector<int32_t>* part_of_slot);
 
 }  // namespace mla::kernels

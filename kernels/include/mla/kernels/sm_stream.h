@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace mla::kernels {
 
@@ -21,14 +20,6 @@ inline constexpr int kSmStreamRecordWords = 4;  // per CTA: SM id, start ns, end
 // 16-byte aligned) and writes records[i · kSmStreamRecordWords + 0..3].
 void launch_sm_stream(const uint64_t* src, size_t words_per_cta, int ctas, uint64_t* records,
                       cudaStream_t stream);
-
-// The SMs' streaming rates as a plan balanced by SM takes them (MlaDecodePlanParams::sm_weights):
-// int32[kDecodeSmSlots] by %smid, each the median over `runs` of its SM's rate in MB/s while
-// num_sms CTAs (one per SM) stream bytes_per_sm each at once; 0 for an id no CTA ran on (or one
-// beyond the table). A calibration, run once (e.g. at start-up): it allocates and frees a
-// temporary device buffer of num_sms · bytes_per_sm bytes and synchronises `stream`.
-std::vector<int32_t> measure_sm_stream_weights(int num_sms, int runs, size_t bytes_per_sm,
-                                               cudaStream_t stream);
 
 // The checksum a CTA records for its words (the host twin).
 inline uint64_t sm_stream_checksum_host(const uint64_t* words, size_t count) {
