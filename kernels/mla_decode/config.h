@@ -74,8 +74,9 @@ struct PendingMerges {
   int seq[2];
   int split_index[2];
   int num_splits[2];
-  int target[2];  // arrivals to wait for (thread 0's ticket rounded up to the next launch's start)
-  int arrived_last[2];  // this CTA's arrival completed the count: no wait (its add acquired)
+  // Arrivals to wait for (thread 0's ticket rounded up to the next launch's start); 0 when this
+  // CTA's arrival completed the count (its add acquired every earlier one: no wait).
+  int target[2];
 };
 
 // Shared memory of one CTA of the mma.sync body, in bytes (one struct, offsets in declaration

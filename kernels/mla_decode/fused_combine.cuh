@@ -136,8 +136,7 @@ __device__ __forceinline__ void arrive_for_piece(const DecodeKernelArgs& args,
     pending.seq[i] = piece.seq;
     pending.split_index[i] = piece.split_index;
     pending.num_splits[i] = piece.num_splits;
-    pending.target[i] = target;
-    pending.arrived_last[i] = ticket + 1 == target;
+    pending.target[i] = ticket + 1 == target ? 0 : target;
     pending.count = i + 1;
   }
 }
@@ -256,7 +255,7 @@ __device__ __forceinline__ void merge_pending_pieces(const DecodeKernelArgs& arg
   const int count = pending.count;
   for (int i = 0; i < count; ++i) {
     const int seq = pending.seq[i];
-    if (threadIdx.x == 0 && !pending.arrived_last[i]) {
+    if (threadIdx.x == 0 && pending.target[i] > 0) {
       const int* counter = combine_counter(args, seq);
       while (ptx::load_acquire_gpu(counter) < pending.target[i]) __nanosleep(32);
     }
