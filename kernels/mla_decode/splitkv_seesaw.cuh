@@ -75,6 +75,8 @@ inline constexpr int kSeesawReadyBarrier = 1;  // + the publishing warpgroup (id
 inline constexpr int kSeesawGroupBarrier = 3;  // + the warpgroup (ids 3, 4): its 128 threads
 inline constexpr int kPairsMaxBarrier = 1;     // pairs: + the publishing warpgroup (m, α ready)
 inline constexpr int kPairsPBarrier = 5;       // pairs: + the publishing warpgroup (P ready)
+// How far (base 2) a page's row max may exceed the running frame before the frame moves to it.
+inline constexpr float kSeesawRescaleSlack = 8.f;
 
 static_assert(kPageTokens == kSeesawRows, "a page and a query tile share the 64-row layout");
 static_assert(kStages == 2 && kThreads == 2 * kSeesawGroupThreads);
@@ -377,13 +379,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
     // The running row max after a page (or pair) whose row maxima are `page_max`: what P's
     // exponents subtract in the new frame, and O's and the row sums' rescale α = 2^(old − new).
+    // The frame only moves when a page's max exceeds it by more than kSeesawRescaleSlack (base 2),
+    // so P ≤ 2^kSeesawRescaleSlack, and most pages keep α = 1 exactly, which lets a warp skip its
+    // 128 multiplies of O. The frame is any common reference for O, the row sums and the lse
+    // (lse = frame + log2 sum), so the result is the same; both warpgroups apply the same rule to
+    // the same values, so they stay in one frame.
     auto advance_running_max = [&](const float(&page_max)[2], float(&subtract)[2],
                                    float(&alpha)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float new_max = fmaxf(row_max_run[h], page_max[h]);
+        const float new_max =
+            page_max[h] > row_max_run[h] + kSeesawRescaleSlack ? page_max[h] : row_max_run[h];
         subtract[h] = subtract_of(new_max);
-        alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
+        alpha[h] = new_max == row_max_run[h] ? 1.f : ptx::fast_exp2(row_max_run[h] - subtract[h]);
         row_max_run[h] = new_max;
       }
     };
@@ -450,7 +458,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           row_max_run[h] = smem.page_max[my_rows[h]];
           row_sum_part[h] *= alpha[h];
         }
-        wgmma::scale_accumulator_rows(o_acc, alpha);
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+          wgmma::scale_accumulator_rows(o_acc, alpha);
         wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
         wgmma::fence();    // the rescaled O before the wgmmas that accumulate it
 #pragma unroll
@@ -506,7 +515,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_proxy_async_shared();
         seesaw_barrier_arrive(kSeesawReadyBarrier + group, kThreads);
 
-        wgmma::scale_accumulator_rows(o_acc, alpha);
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+          wgmma::scale_accumulator_rows(o_acc, alpha);
         pv_registers(t, p_frag);
       }
     };
@@ -528,8 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
                               page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
                               seesaw_half_blocks(group, j & 1), l2_policy);
-            prefetch_block_table_ahead(args, batch_index, piece.page_begin + j + 2,
-                                       piece.page_end);
+            prefetch_block_table_ahead(args, batch_index, piece.page_begin + j + 2, piece.page_end);
           }
         }
         __syncwarp();
