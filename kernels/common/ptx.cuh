@@ -46,12 +46,6 @@ __device__ __forceinline__ void wait_for_preceding_grid() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
-// Brings the line holding `address` into this SM's L1 (and the L2) without waiting for it (no
-// fault: a prefetch of an invalid address does nothing, but callers keep to valid ones).
-__device__ __forceinline__ void prefetch_l1(const void* address) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(address));
-}
-
 // The GPU's global nanosecond timer (the same clock on every SM; for diagnostics).
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t ns;

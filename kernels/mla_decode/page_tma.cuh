@@ -27,22 +27,6 @@ __device__ __forceinline__ int page_id_of(const DecodeKernelArgs& args, int seq,
   return p.block_table[seq * p.block_table_batch_stride + page];
 }
 
-// Block-table entries are read by the thread that issues a page's copy, right before the issue,
-// and one line of the table holds 32 of them: the first entry of each line was a miss in the
-// middle of the page loop (a DRAM round trip under the whole grid's streaming, several µs, while
-// the issuing warp and every barrier after it waited). So each issue of page `page` also
-// prefetches the entry kBlockTablePrefetchPages ahead, when the piece (which ends at page
-// `page_end`, exclusive) has it: every line of a piece after its first is then requested 31
-// pages before it is read.
-inline constexpr int kBlockTablePrefetchPages = 31;
-__device__ __forceinline__ void prefetch_block_table_ahead(const DecodeKernelArgs& args, int seq,
-                                                           int page, int page_end) {
-  const MlaDecodeParams& p = args.params;
-  if (page + kBlockTablePrefetchPages < page_end)
-    ptx::prefetch_l1(p.block_table + seq * p.block_table_batch_stride + page +
-                     kBlockTablePrefetchPages);
-}
-
 // One thread: the 64-column blocks of cache page `page_id` whose bits are set in `block_mask` (bit
 // b: columns [64b, 64b + 64)) into the stage at `stage_smem`, completing on `barrier`.
 __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, uint32_t stage_smem,
@@ -130,7 +114,6 @@ struct PageTmaPipeline {
     const uint32_t stage = pages_issued % kNumStages;
     issue_page(args, stage_smem(stage), barriers + stage * 8, seq, page, kv_head,
                tma::evict_first_policy());
-    prefetch_block_table_ahead(args, seq, page, stream.page_end);
     ++pages_issued;
   }
 
@@ -148,7 +131,6 @@ struct PageTmaPipeline {
       int seq, page;
       if (count == i && stream.next(&seq, &page)) {
         page_ids[i] = page_id_of(args, seq, page);
-        prefetch_block_table_ahead(args, seq, page, stream.page_end);
         ++count;
       }
     }

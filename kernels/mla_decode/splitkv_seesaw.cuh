@@ -260,8 +260,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int page_ids[2] = {
             page_id_of(args, batch_index, piece.page_begin),
             num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
-        prefetch_block_table_ahead(args, batch_index, piece.page_begin, piece.page_end);
-        prefetch_block_table_ahead(args, batch_index, piece.page_begin + 1, piece.page_end);
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
           if (j < num_pages)
@@ -274,8 +272,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (num_pages > 1)
           seesaw_issue_page(args, kv_smem0, full0, base + 1, batch_index, piece.page_begin + 1,
                             kv_head, l2_policy);
-        prefetch_block_table_ahead(args, batch_index, piece.page_begin, piece.page_end);
-        prefetch_block_table_ahead(args, batch_index, piece.page_begin + 1, piece.page_end);
       }
     }
 
@@ -293,7 +289,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           __threadfence_block();
           seesaw_issue_page(args, kv_smem0, full0, cta_page + 2, batch_index,
                             piece.page_begin + j + 2, kv_head, l2_policy);
-          prefetch_block_table_ahead(args, batch_index, piece.page_begin + j + 2, piece.page_end);
         }
       }
       __syncwarp();
@@ -538,7 +533,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
                               page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
                               seesaw_half_blocks(group, j & 1), l2_policy);
-            prefetch_block_table_ahead(args, batch_index, piece.page_begin + j + 2, piece.page_end);
           }
         }
         __syncwarp();
