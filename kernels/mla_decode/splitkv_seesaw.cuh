@@ -374,20 +374,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
     // The running row max after a page (or pair) whose row maxima are `page_max`: what P's
     // exponents subtract in the new frame, and O's and the row sums' rescale α = 2^(old − new).
-    // The frame only moves when a page's max exceeds it by more than kSeesawRescaleSlack (base 2),
-    // so P ≤ 2^kSeesawRescaleSlack, and most pages keep α = 1 exactly, which lets a warp skip its
-    // 128 multiplies of O. The frame is any common reference for O, the row sums and the lse
-    // (lse = frame + log2 sum), so the result is the same; both warpgroups apply the same rule to
-    // the same values, so they stay in one frame.
+    // The pairs order moves its frame only when a pair's max exceeds it by more than
+    // kSeesawRescaleSlack (base 2): P ≤ 2^kSeesawRescaleSlack, and most pairs keep α = 1 exactly,
+    // so the warps skip their 128 multiplies of O. Any common frame of O, the row sums and the lse
+    // (lse = frame + log2 sum) gives the same result, and both warpgroups apply the rule to the
+    // same values, so they stay in one frame. (The P·V-first order keeps the exact running max:
+    // the same rule there, with its own skip, measured slower on small batches.)
     auto advance_running_max = [&](const float(&page_max)[2], float(&subtract)[2],
                                    float(&alpha)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float new_max =
-            page_max[h] > row_max_run[h] + kSeesawRescaleSlack ? page_max[h] : row_max_run[h];
-        subtract[h] = subtract_of(new_max);
-        alpha[h] = new_max == row_max_run[h] ? 1.f : ptx::fast_exp2(row_max_run[h] - subtract[h]);
-        row_max_run[h] = new_max;
+        if constexpr (kPairs) {
+          const float new_max =
+              page_max[h] > row_max_run[h] + kSeesawRescaleSlack ? page_max[h] : row_max_run[h];
+          subtract[h] = subtract_of(new_max);
+          alpha[h] = new_max == row_max_run[h] ? 1.f : ptx::fast_exp2(row_max_run[h] - subtract[h]);
+          row_max_run[h] = new_max;
+        } else {
+          const float new_max = fmaxf(row_max_run[h], page_max[h]);
+          subtract[h] = subtract_of(new_max);
+          alpha[h] = ptx::fast_exp2(row_max_run[h] - subtract[h]);
+          row_max_run[h] = new_max;
+        }
       }
     };
     // O += P·V_j with P from registers, one group.
@@ -453,8 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           row_max_run[h] = smem.page_max[my_rows[h]];
           row_sum_part[h] *= alpha[h];
         }
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-          wgmma::scale_accumulator_rows(o_acc, alpha);
+        wgmma::scale_accumulator_rows(o_acc, alpha);
         wait_page(t - 1);  // complete already (its owner waited); orders this warpgroup's reads
         wgmma::fence();    // the rescaled O before the wgmmas that accumulate it
 #pragma unroll
@@ -510,8 +517,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_proxy_async_shared();
         seesaw_barrier_arrive(kSeesawReadyBarrier + group, kThreads);
 
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-          wgmma::scale_accumulator_rows(o_acc, alpha);
+        wgmma::scale_accumulator_rows(o_acc, alpha);
         pv_registers(t, p_frag);
       }
     };
