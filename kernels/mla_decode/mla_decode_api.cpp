@@ -514,23 +514,20 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
 }
 
 const char* decode_pair_trace_event(int warpgroup, int event) {
-  // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the pairs order).
-  // Both warpgroups run the same steps, on their own page (a: warpgroup 0, b: warpgroup 1).
-  static constexpr const char* kEvents[kDecodePairTraceEvents] = {
-      "pair start",
-      "previous P·V done, other's half freed",
-      "S issued (halves landed)",
-      "S done",
-      "page max published",
-      "other's page max received",
-      "P published",
-      "own P·V issued",
-      "other's P received",
-      "other's P·V issued",
-      "own P·V done, half freed"};
+  // What each warpgroup has just done when it stamps (splitkv_seesaw.cuh, the pairs order's
+  // chain): warpgroup 0 owns page a, warpgroup 1 page b, and their steps differ.
+  static constexpr const char* kEvents[2][kDecodePairTraceEvents] = {
+      {"pair start", "previous P·V done, half of page b freed", "S issued (page landed)", "S done",
+       "P exponentiated (frame of page a)", "P and frame published", "own P·V issued",
+       "other's P and frame received", "own P·V done, half freed", "O in the other's frame",
+       "other's P·V issued"},
+      {"pair start", "previous P·V done, half of page b freed", "other's S issued",
+       "S issued (page landed)", "other's P and frame received", "other's P·V issued", "S done",
+       "P exponentiated (frame of page b)", "P and frame published", "other's P·V done, half freed",
+       "own P·V issued"}};
   require(warpgroup >= 0 && warpgroup < 2 && event >= 0 && event < kDecodePairTraceEvents,
           fmt::format("no pair-trace event {} of warpgroup {}", event, warpgroup));
-  return kEvents[event];
+  return kEvents[warpgroup][event];
 }
 
 bool decode_pair_trace_applies(const MlaDecodeParams& params) {

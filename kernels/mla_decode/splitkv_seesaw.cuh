@@ -22,24 +22,24 @@
 // write follows the last read of the previous content. Ready signals: named barrier 1 (warpgroup
 // 0 publishes, bar.arrive; warpgroup 1 bar.sync) and 2 (the reverse), 256 threads each.
 //
-// The pairs order (SeesawOrder::kPairs): pages 2i (warpgroup 0's) and 2i + 1 (warpgroup 1's) form
-// pair i. Each warpgroup computes S of its page, and the two exchange their pages' row maxima
-// through shared memory, so both take the same new running max m = max(m_prev, max S_a, max S_b).
-// Then each exponentiates its page once in that frame (P to registers for its own P·V and to
-// shared memory for the other's), rescales its half of O once (α = 2^(m_prev − m)), and issues
-// O·α + P_own·V_own (A from registers) and, once the other's P is in place, + P_other·V_other (A
-// from shared memory): both in one frame, so no wait between them. (FlashMLA's published schedule
-// chains the pair instead: warpgroup 1's softmax waits for warpgroup 0's max, and warpgroup 0
-// exponentiates and rescales twice; measured on the H200, the chain ran both S together anyway.)
-// Each P lives in its page's rope block once S is done (only S reads the rope), so the P buffer is
-// unused. Pages are copied and released by halves: half h (column blocks 4h..4h+3, read by
-// warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the page, and the
+// The pairs order (SeesawOrder::kPairs): pages 2i (a, warpgroup 0's) and 2i + 1 (b, warpgroup
+// 1's) form pair i, chained (since the nineteenth session; before, both warpgroups exchanged their
+// page maxima and took one common frame, so both ran their softmax at once with the tensor pipe
+// idle). Warpgroup 0 issues S_a and then lets warpgroup 1 issue S_b behind it, so its softmax runs
+// under S_b. The running frame (the row max the exponents subtract) moves only when a page's row
+// max exceeds it by more than kSeesawRescaleSlack (base 2): warpgroup 0 picks page a's frame from
+// the running one and exponentiates P_a in it, warpgroup 1 picks page b's from page a's. Both
+// publish P (into their page's rope block, which only S reads) and the frame per row; each
+// warpgroup rescales its half of O (and its row sums) whenever the P it adds next is in another
+// frame, which the slack makes rare, so there is no wait for the other's max: warpgroup 0 issues
+// O += P_a·V_a (A from registers) at once, warpgroup 1 issues O += P_a·V_a (A from shared memory)
+// as soon as P_a is published, before its own softmax, which then runs under those P·V; then
+// P_b·V_b on both. Pages are copied and released by halves: half h (column blocks 4h..4h+3, read
+// by warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the page, and the
 // fourth issues half h of page j + 2 at once; the rope block rides with the half of the warpgroup
-// that does not own the page (it reads P there). A warpgroup's own half of a page is freed once
-// its own P·V has completed (waited for after the other's P·V is issued: waiting before it
-// measured slower), so S_{j+2} starts on it while the other half loads.
-// Each warpgroup frees its half of the other's page before it waits for any page (the half each S
-// waits for last is the one the other warpgroup frees then), so no wait precedes a release.
+// that does not own the page (it reads P there). Page a's halves are freed inside the pair (after
+// each warpgroup's P_a·V), page b's at the next pair's start, so S_a of the next pair waits for
+// less of its page than S_b.
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
@@ -73,8 +73,8 @@ inline constexpr int kSeesawRows = 64;  // rows per tile (wgmma M)
 inline constexpr int kSeesawGroupThreads = 128;
 inline constexpr int kSeesawReadyBarrier = 1;  // + the publishing warpgroup (ids 1, 2)
 inline constexpr int kSeesawGroupBarrier = 3;  // + the warpgroup (ids 3, 4): its 128 threads
-inline constexpr int kPairsMaxBarrier = 1;     // pairs: + the publishing warpgroup (m, α ready)
-inline constexpr int kPairsPBarrier = 5;       // pairs: + the publishing warpgroup (P ready)
+inline constexpr int kPairsPBarrier = 5;  // pairs: + the publishing warpgroup (P and frame ready)
+inline constexpr int kChainSIssuedBarrier = 7;  // pairs: warpgroup 0 has issued S_a
 // How far (base 2) a page's row max may exceed the running frame before the frame moves to it.
 inline constexpr float kSeesawRescaleSlack = 8.f;
 
@@ -590,18 +590,27 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      // The pair's max exchange: each warpgroup's page max per row (before the running max).
-      auto publish_page_max = [&](const float(&m)[2]) {
+      // The chain's frames: the publishing warpgroup's running max per row after its page.
+      auto publish_frame = [&]() {
         if ((lane & 3) == 0) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) smem.pair_max[group][my_rows[h]] = m[h];
+          for (int h = 0; h < 2; ++h) smem.pair_max[group][my_rows[h]] = row_max_run[h];
         }
-        seesaw_barrier_arrive(kPairsMaxBarrier + group, kThreads);
       };
-      auto read_other_page_max = [&](float(&m)[2]) {
-        seesaw_barrier_sync(kPairsMaxBarrier + (1 - group), kThreads);
+      // This warpgroup takes the other's frame: O's and the row sums' rescale α into it.
+      auto follow_frame = [&](float(&alpha)[2]) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) m[h] = smem.pair_max[1 - group][my_rows[h]];
+        for (int h = 0; h < 2; ++h) {
+          const float frame = smem.pair_max[1 - group][my_rows[h]];
+          alpha[h] =
+              frame == row_max_run[h] ? 1.f : ptx::fast_exp2(row_max_run[h] - subtract_of(frame));
+          row_max_run[h] = frame;
+        }
+      };
+      // O ·= α per row, skipped by a warp whose rows all keep their frame.
+      auto rescale_o = [&](const float(&alpha)[2]) {
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+          wgmma::scale_accumulator_rows(o_acc, alpha);
       };
       auto pv_shared = [&](int j) {  // P from page j's rope block
         wait_half(j, group);         // complete already; orders this warpgroup's reads
@@ -629,74 +638,97 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       };
 
-      // Pair i: pages a = 2i (warpgroup 0's) and, when kFull, b = 2i + 1 (warpgroup 1's). Both
-      // warpgroups take the pair's new running max m = max(m_prev, max S_a, max S_b) from one
-      // exchange of page maxima, so each exponentiates its page once, rescales O once and then
-      // issues both P·V of the pair with nothing to wait for in between but the other's P.
+      // Pair i, chained: pages a = 2i (warpgroup 0's) and, when kFull, b = 2i + 1 (warpgroup
+      // 1's). S_b is issued behind S_a, so warpgroup 0's softmax runs under S_b and warpgroup 1's
+      // under P_a·V. Each warpgroup exponentiates its page in its own frame: warpgroup 0 moves
+      // the pair's frame from the running one by page a's max (the slack rule, so it seldom
+      // moves), warpgroup 1 from page a's frame by page b's. A warpgroup whose O is in another
+      // frame than the P it adds next rescales O first, which the frames' slack makes rare, so
+      // neither waits for the other's max before its own P·V: warpgroup 0 issues P_a·V at once,
+      // warpgroup 1 issues P_a·V as soon as P_a is published, before its own softmax.
       auto pair = [&](int i, auto full_flag) {
         constexpr bool kFull = decltype(full_flag)::value;
         const int a = 2 * i, b = 2 * i + 1;
-        const int own = group == 0 ? a : b, other = group == 0 ? b : a;
-        float page_max[2], other_max[2], subtract[2], alpha[2];
-        // Each warpgroup first frees its half of the other's page of the previous pair (its P·V
-        // of it was its last wgmma group) and only then waits for pages: the half each S waits
-        // for last is freed by the other warpgroup here, so no wait comes before a release.
+        float s_acc[32], page_max[2], subtract[2], alpha[2], sum[2];
+        uint32_t p_frag[16];
+        // Each warpgroup's last wgmma of the previous pair read its half of page a − 1.
         trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
-        if (i > 0) release_half(group == 0 ? a - 1 : a - 2);
+        if (i > 0) release_half(a - 1);
         trace(i, 1);
-        if (kFull || group == 0) {
-          float s_acc[32];
-          uint32_t p_frag[16];
-          float sum[2];
-          issue_s(s_acc, own);
+        if (group == 0) {
+          issue_s(s_acc, a);
           trace(i, 2);
+          seesaw_barrier_arrive(kChainSIssuedBarrier, kThreads);  // S_b goes behind S_a
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           trace(i, 3);
-          mask_and_max(s_acc, own, page_max);
-          publish_page_max(page_max);
-          trace(i, 4);
-          if constexpr (kFull) {
-            read_other_page_max(other_max);
-          } else {
-            other_max[0] = other_max[1] = -INFINITY;  // the piece's last page: a alone
-          }
-          trace(i, 5);
-          const float pair_max[2] = {fmaxf(page_max[0], other_max[0]),
-                                     fmaxf(page_max[1], other_max[1])};
-          advance_running_max(pair_max, subtract, alpha);
+          mask_and_max(s_acc, a, page_max);
+          advance_running_max(page_max, subtract, alpha);  // the frame of page a
           exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
-          store_p(own, p_frag);
+          trace(i, 4);
+          store_p(a, p_frag);
+          publish_frame();
           wgmma::fence_proxy_async_shared();
-          seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
-          trace(i, 6);
+          seesaw_barrier_arrive(kPairsPBarrier + 0, kThreads);
+          trace(i, 5);
 #pragma unroll
           for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-          // Most pairs leave every row's max where it was (α = 1): skip the 128 multiplies then.
-          if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-            wgmma::scale_accumulator_rows(o_acc, alpha);
-          pv_registers(own, p_frag);
-          trace(i, 7);
+          rescale_o(alpha);
+          pv_registers(a, p_frag);
+          trace(i, 6);
           if constexpr (kFull) {
-            seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // the other's P
-            trace(i, 8);
-            pv_shared(other);  // same frame as the own P: no rescale, so no wait in between
-            trace(i, 9);
-            wgmma::wait_group<1>();  // the own P·V: this warpgroup's half of its page is free
+            seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
+            trace(i, 7);
+            follow_frame(alpha);
+            wgmma::wait_group<0>();  // P_a·V: this warpgroup's half of page a is free
             seesaw_fence_operands(o_acc);
-            release_half(own);
+            release_half(a);
+            trace(i, 8);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
+            rescale_o(alpha);
+            trace(i, 9);
+            pv_shared(b);
             trace(i, 10);
           }
-        } else {  // warpgroup 1 when page a is the piece's last: P_a·V only
-          read_other_page_max(other_max);
-          advance_running_max(other_max, subtract, alpha);
+        } else {
+          seesaw_barrier_sync(kChainSIssuedBarrier, kThreads);
+          trace(i, 2);
+          if constexpr (kFull) issue_s(s_acc, b);
+          trace(i, 3);
+          seesaw_barrier_sync(kPairsPBarrier + 0, kThreads);  // P_a and page a's frame
+          trace(i, 4);
+          follow_frame(alpha);
 #pragma unroll
           for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
-          wgmma::scale_accumulator_rows(o_acc, alpha);
-          seesaw_barrier_sync(kPairsPBarrier + (1 - group), kThreads);  // P_a is in place
+          rescale_o(alpha);  // no wgmma accumulates into O now (S_b may run)
           pv_shared(a);
+          trace(i, 5);
+          if constexpr (kFull) {
+            wgmma::wait_group<1>();  // S_b; P_a·V may still run
+            seesaw_fence_operands(s_acc);
+            trace(i, 6);
+            mask_and_max(s_acc, b, page_max);
+            advance_running_max(page_max, subtract, alpha);  // the frame of page b
+            exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
+            trace(i, 7);
+            store_p(b, p_frag);
+            publish_frame();
+            wgmma::fence_proxy_async_shared();
+            seesaw_barrier_arrive(kPairsPBarrier + 1, kThreads);
+            trace(i, 8);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+            wgmma::wait_group<0>();  // P_a·V: this warpgroup's half of page a is free
+            seesaw_fence_operands(o_acc);
+            release_half(a);
+            trace(i, 9);
+            rescale_o(alpha);
+            pv_registers(b, p_frag);
+            trace(i, 10);
+          }
         }
       };
       int i = 0;

@@ -107,9 +107,9 @@ int num_sms() {
 }
 
 // sms: the plan's and grid's SM count (0: the device's).
-void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const KernelChoice& kernel,
-                             const std::string& label, int sms = 0) {
-  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+void check_problem_against_reference(const ref::PagedDecodeProblem& problem,
+                                     const KernelChoice& kernel, const std::string& label,
+                                     int sms = 0) {
   const Reference want = run_reference(problem);
   bench::GpuDecodeProblem gpu(problem, sms > 0 ? sms : num_sms());
   const bench::DecodeOutputs got = run_decode(gpu, kernel);
@@ -125,6 +125,11 @@ void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const Kern
       << label << ": out differs between two runs";
   EXPECT_EQ(0, std::memcmp(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)))
       << label << ": lse differs between two runs";
+}
+
+void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const KernelChoice& kernel,
+                             const std::string& label, int sms = 0) {
+  check_problem_against_reference(ref::make_paged_decode_problem(spec), kernel, label, sms);
 }
 
 std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
@@ -367,6 +372,35 @@ TEST_P(MlaDecodeGpu, PeakySoftmaxFromLargeScores) {
   spec.kv_stddev = 3.f;
   spec.seed = 31337;
   check_against_reference(spec, GetParam(), "peaky softmax");
+}
+
+TEST_P(MlaDecodeGpu, ScoresRisingPageByPage) {
+  MLA_REQUIRE_SM90_GPU();
+  // Every key scaled by 1 + 0.35 · (its page index), so each page's row maxima rise by ~3.3 (base
+  // 2) over the page before: the running frame of the seesaw's pairs order (which moves only when
+  // a page exceeds it by more than 2^8) moves every few pages, now on warpgroup 0's page of a pair,
+  // now on warpgroup 1's, and P goes up to 2^8 in between. Every seesaw order, both tile counts.
+  const std::vector<KernelChoice> choices = with_every_seesaw_order(GetParam());
+  for (int heads : {128, 64}) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = heads;
+    spec.seqlen_q = 2;
+    spec.seqlens = {64 * 23 + 9, 64 * 12, 64 * 40, 100};
+    spec.seed = 777 + heads;
+    ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    for (int b = 0; b < problem.batch; ++b) {
+      for (int t = 0; t < spec.seqlens[b]; ++t) {
+        const int64_t page = problem.block_table[size_t(b) * problem.max_pages_per_seq + t / 64];
+        bf16* key = problem.kv_cache.data() + (page * 64 + t % 64) * kernels::kHeadDimQK;
+        const float gain = 1.f + 0.35f * float(t / 64);
+        for (int i = 0; i < kernels::kHeadDimQK; ++i)
+          key[i] = float_to_bf16(bf16_to_float(key[i]) * gain);
+      }
+    }
+    for (const KernelChoice& choice : choices)
+      check_problem_against_reference(
+          problem, choice, fmt::format("{}: h_q {}, rising scores", name_of(choice), heads));
+  }
 }
 
 TEST_P(MlaDecodeGpu, SeveralKvHeads) {
@@ -695,20 +729,22 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
       }
     }
     // A receiver's stamp follows the publisher's event before its publication (the publisher
-    // stamps after arriving, so its own stamp may come a few cycles after the receiver's).
-    for (int group = 0; group < 2; ++group) {
-      const int other = 1 - group;
-      EXPECT_GE(at(group, pair, 5), at(other, pair, 3))
-          << "warpgroup " << group << " received the other's page max before its S was done, pair "
-          << pair;
-      EXPECT_GE(at(group, pair, 8), at(other, pair, 5))
-          << "warpgroup " << group << " received the other's P before it had the max, pair "
-          << pair;
+    // stamps after arriving, so its own stamp may come a few cycles after the receiver's):
+    // {receiver, its event, publisher, the publisher's event}.
+    constexpr int kWaits[3][4] = {{1, 2, 0, 2},   // S_b issued behind S_a
+                                  {1, 4, 0, 4},   // P_a received after it was exponentiated
+                                  {0, 7, 1, 7}};  // P_b received after it was exponentiated
+    for (const auto& wait : kWaits) {
+      EXPECT_GE(at(wait[0], pair, wait[1]), at(wait[2], pair, wait[3]))
+          << "warpgroup " << wait[0] << "'s " << kernels::decode_pair_trace_event(wait[0], wait[1])
+          << " came before warpgroup " << wait[2] << "'s "
+          << kernels::decode_pair_trace_event(wait[2], wait[3]) << ", pair " << pair;
     }
   }
   EXPECT_GE(full_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
-  for (int event = 0; event < kEvents; ++event)
-    EXPECT_FALSE(std::string(kernels::decode_pair_trace_event(0, event)).empty());
+  for (int group = 0; group < 2; ++group)
+    for (int event = 0; event < kEvents; ++event)
+      EXPECT_FALSE(std::string(kernels::decode_pair_trace_event(group, event)).empty());
 
   KernelChoice pv_first = pairs;
   pv_first.schedule = MlaDecodeSchedule::kSeesawPvFirst;
