@@ -679,13 +679,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           pv_registers(a, p_frag);
           trace(i, 6);
           if constexpr (kFull) {
-            seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
-            trace(i, 7);
-            follow_frame(alpha);
-            wgmma::wait_group<0>();  // P_a·V: this warpgroup's half of page a is free
+            // P_a·V first: this warpgroup's half of page a is free for the next pair's S_a, which
+            // would otherwise wait for warpgroup 1's softmax.
+            wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             release_half(a);
+            trace(i, 7);
+            seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
             trace(i, 8);
+            follow_frame(alpha);
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
             rescale_o(alpha);

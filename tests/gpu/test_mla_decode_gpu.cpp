@@ -728,12 +728,12 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
             << "warpgroup " << group << ", pair " << pair;
       }
     }
-    // A receiver's stamp follows the publisher's event before its publication (the publisher
-    // stamps after arriving, so its own stamp may come a few cycles after the receiver's):
-    // {receiver, its event, publisher, the publisher's event}.
-    constexpr int kWaits[3][4] = {{1, 2, 0, 2},   // S_b issued behind S_a
-                                  {1, 4, 0, 4},   // P_a received after it was exponentiated
-                                  {0, 7, 1, 7}};  // P_b received after it was exponentiated
+    // A receiver's stamp follows the publisher's last event before the one after which it
+    // publishes (stamps right before a barrier arrival may be read a little after it; the
+    // pairs order's traces showed that): {receiver, its event, publisher, the publisher's event}.
+    constexpr int kWaits[3][4] = {{1, 2, 0, 1},   // S_b issued behind S_a
+                                  {1, 4, 0, 3},   // P_a received after S_a was done
+                                  {0, 8, 1, 6}};  // P_b received after S_b was done
     for (const auto& wait : kWaits) {
       EXPECT_GE(at(wait[0], pair, wait[1]), at(wait[2], pair, wait[3]))
           << "warpgroup " << wait[0] << "'s " << kernels::decode_pair_trace_event(wait[0], wait[1])
