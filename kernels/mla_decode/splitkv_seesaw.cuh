@@ -638,26 +638,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       };
 
-      // The own page j's softmax: its row maxima, its frame from the running one (the slack
-      // rule; α into it), P in that frame (registers, and page j's rope block for the other
-      // warpgroup) and the frame published (trace events `event`, `event` + 1 of pair i), then
-      // this warpgroup's row sums moved into the frame with P's added.
-      auto softmax_and_publish = [&](int i, int j, float(&s_acc)[32], uint32_t(&p_frag)[16],
-                                     float(&alpha)[2], int event) {
-        float page_max[2], subtract[2], sum[2];
-        mask_and_max(s_acc, j, page_max);
-        advance_running_max(page_max, subtract, alpha);
-        exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
-        trace(i, event);
-        store_p(j, p_frag);
-        publish_frame();
-        wgmma::fence_proxy_async_shared();
-        seesaw_barrier_arrive(kPairsPBarrier + group, kThreads);
-        trace(i, event + 1);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-      };
-
       // Pair i, chained: pages a = 2i (warpgroup 0's) and, when kFull, b = 2i + 1 (warpgroup
       // 1's). S_b is issued behind S_a, so warpgroup 0's softmax runs under S_b and warpgroup 1's
       // under P_a·V. Each warpgroup exponentiates its page in its own frame: warpgroup 0 moves
@@ -669,7 +649,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto pair = [&](int i, auto full_flag) {
         constexpr bool kFull = decltype(full_flag)::value;
         const int a = 2 * i, b = 2 * i + 1;
-        float s_acc[32], alpha[2];
+        float s_acc[32], page_max[2], subtract[2], alpha[2], sum[2];
         uint32_t p_frag[16];
         // Each warpgroup's last wgmma of the previous pair read its half of page a − 1.
         trace(i, 0);
@@ -684,7 +664,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           trace(i, 3);
-          softmax_and_publish(i, a, s_acc, p_frag, alpha, 4);  // the frame of page a
+          mask_and_max(s_acc, a, page_max);
+          advance_running_max(page_max, subtract, alpha);  // the frame of page a
+          exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
+          trace(i, 4);
+          store_p(a, p_frag);
+          publish_frame();
+          wgmma::fence_proxy_async_shared();
+          seesaw_barrier_arrive(kPairsPBarrier + 0, kThreads);
+          trace(i, 5);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
           rescale_o(alpha);
           pv_registers(a, p_frag);
           trace(i, 6);
@@ -722,7 +712,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait_group<1>();  // S_b; P_a·V may still run
             seesaw_fence_operands(s_acc);
             trace(i, 6);
-            softmax_and_publish(i, b, s_acc, p_frag, alpha, 7);  // the frame of page b
+            mask_and_max(s_acc, b, page_max);
+            advance_running_max(page_max, subtract, alpha);  // the frame of page b
+            exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
+            trace(i, 7);
+            store_p(b, p_frag);
+            publish_frame();
+            wgmma::fence_proxy_async_shared();
+            seesaw_barrier_arrive(kPairsPBarrier + 1, kThreads);
+            trace(i, 8);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
             wgmma::wait_group<0>();  // P_a·V: this warpgroup's half of page a is free
             seesaw_fence_operands(o_acc);
             release_half(a);
