@@ -39,7 +39,10 @@
 // fourth issues half h of page j + 2 at once; the rope block rides with the half of the warpgroup
 // that does not own the page (it reads P there). Page a's halves are freed inside the pair (after
 // each warpgroup's P_a·V), page b's at the next pair's start, so S_a of the next pair waits for
-// less of its page than S_b.
+// less of its page than S_b. No deadlock: every half a warpgroup waits for (its S's pages) was
+// freed either by itself earlier or by the other warpgroup before that one's arrival on the
+// barrier (S issued, or P published) the waiter passed; and each named barrier's next arrival
+// needs the other warpgroup past its previous wait, so no generation is skipped.
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
@@ -88,7 +91,7 @@ struct SeesawSharedStorage {
   float page_alpha[kSeesawRows];               // O rescale of the last published page
   float page_max[kSeesawRows];                 // running row max after it (base 2)
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
-  float pair_max[2][kSeesawRows];              // pairs: each warpgroup's page max of the pair
+  float pair_max[2][kSeesawRows];              // pairs: each warpgroup's frame after its page
   int released[kStages];                       // warps done with each stage, 8 per page
   int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
@@ -372,14 +375,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };
-    // The running row max after a page (or pair) whose row maxima are `page_max`: what P's
-    // exponents subtract in the new frame, and O's and the row sums' rescale α = 2^(old − new).
-    // The pairs order moves its frame only when a pair's max exceeds it by more than
-    // kSeesawRescaleSlack (base 2): P ≤ 2^kSeesawRescaleSlack, and most pairs keep α = 1 exactly,
-    // so the warps skip their 128 multiplies of O. Any common frame of O, the row sums and the lse
-    // (lse = frame + log2 sum) gives the same result, and both warpgroups apply the rule to the
-    // same values, so they stay in one frame. (The P·V-first order keeps the exact running max:
-    // the same rule there, with its own skip, measured slower on small batches.)
+    // The running row max after a page whose row maxima are `page_max`: what P's exponents
+    // subtract in the new frame, and O's and the row sums' rescale α = 2^(old − new). The pairs
+    // order moves its frame only when the page's max exceeds it by more than kSeesawRescaleSlack
+    // (base 2): P ≤ 2^kSeesawRescaleSlack, and most pages keep α = 1 exactly, so the warps skip
+    // their 128 multiplies of O. Any common frame of O, the row sums and the lse (lse = frame +
+    // log2 sum) gives the same result; the page's owner applies the rule and publishes the frame
+    // (pair_max), and the other warpgroup takes it (follow_frame), so both stay in one frame.
+    // (The P·V-first and S-first orders keep the exact running max: the same rule in P·V first,
+    // with its own skip, measured slower on small batches.)
     auto advance_running_max = [&](const float(&page_max)[2], float(&subtract)[2],
                                    float(&alpha)[2]) {
 #pragma unroll

@@ -379,7 +379,9 @@ TEST_P(MlaDecodeGpu, ScoresRisingPageByPage) {
   // Every key scaled by 1 + 0.35 · (its page index), so each page's row maxima rise by ~3.3 (base
   // 2) over the page before: the running frame of the seesaw's pairs order (which moves only when
   // a page exceeds it by more than 2^8) moves every few pages, now on warpgroup 0's page of a pair,
-  // now on warpgroup 1's, and P goes up to 2^8 in between. Every seesaw order, both tile counts.
+  // now on warpgroup 1's, with O already holding earlier pairs, and P goes up to 2^8 in between.
+  // Planned for 8 SMs, so that pieces are long (up to ~20 pages). Every seesaw order, both tile
+  // counts. The cache here has one kv head: [pages, 64, 1, 576].
   const std::vector<KernelChoice> choices = with_every_seesaw_order(GetParam());
   for (int heads : {128, 64}) {
     ref::PagedDecodeProblemSpec spec;
@@ -388,6 +390,7 @@ TEST_P(MlaDecodeGpu, ScoresRisingPageByPage) {
     spec.seqlens = {64 * 23 + 9, 64 * 12, 64 * 40, 100};
     spec.seed = 777 + heads;
     ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    ASSERT_EQ(problem.spec.num_heads_kv, 1);
     for (int b = 0; b < problem.batch; ++b) {
       for (int t = 0; t < spec.seqlens[b]; ++t) {
         const int64_t page = problem.block_table[size_t(b) * problem.max_pages_per_seq + t / 64];
@@ -399,7 +402,8 @@ TEST_P(MlaDecodeGpu, ScoresRisingPageByPage) {
     }
     for (const KernelChoice& choice : choices)
       check_problem_against_reference(
-          problem, choice, fmt::format("{}: h_q {}, rising scores", name_of(choice), heads));
+          problem, choice, fmt::format("{}: h_q {}, rising scores", name_of(choice), heads),
+          /*sms=*/8);
   }
 }
 
@@ -731,8 +735,9 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
     // A receiver's stamp follows the publisher's stamp before the work after which it publishes:
     // {receiver, its event, publisher, the publisher's event}. Only waits a whole phase apart
     // are compared: on the H200, warpgroup 1's stamp after the S-issued barrier read 10-80 cycles
-    // less than warpgroup 0's stamp before its S (which precedes its arrival there), in 5 of 30
-    // pairs (2026-12-01). Why is not known; the outputs were right and the same as untraced.
+    // less than warpgroup 0's stamp from before its whole S issue (event 1; the issue and its
+    // arrival on that barrier come after it), in 5 of 30 pairs (2026-12-01). Why is not known
+    // (no barrier-generation fault was found); the outputs were right and equal to untraced.
     constexpr int kWaits[2][4] = {{1, 4, 0, 3},   // P_a received after S_a was done
                                   {0, 8, 1, 6}};  // P_b received after S_b was done
     for (const auto& wait : kWaits) {
