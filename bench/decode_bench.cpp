@@ -18,6 +18,7 @@
 #include "bench/decode_timeline.h"
 #include "bench/flashmla_same_run.h"
 #include "bench/timing.h"
+#include "core/environment.h"
 #include "core/error.h"
 #include "cuda/device.h"
 #include "mla/kernels/fill.h"
@@ -201,15 +202,8 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
   // MLA_BENCH_NUM_SMS (for measuring): the plan and the launches spread over that many SMs instead
   // of the device's, e.g. twice as many parts as SMs, which the block scheduler then hands out as
   // SMs free up (launched combines only; the fused combine needs every CTA resident).
-  const int num_sms = [] {
-    const char* text = std::getenv("MLA_BENCH_NUM_SMS");
-    if (text == nullptr || *text == '\0') return cuda::current_device_info().num_sms;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (*end != '\0' || value < 1 || value > 4096)
-      throw_error("MLA_BENCH_NUM_SMS must be an integer in [1, 4096], got '{}'", text);
-    return static_cast<int>(value);
-  }();
+  const int num_sms = static_cast<int>(integer_from_environment("MLA_BENCH_NUM_SMS", 1, 4096)
+                                           .value_or(cuda::current_device_info().num_sms));
   const std::vector<DecodeBenchCase> cases = options.only
                                                  ? std::vector<DecodeBenchCase>{*options.only}
                                                  : decode_bench_sweep(options.quick);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/arg_checks.h"
+#include "core/environment.h"
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/tensor_map.h"
@@ -82,13 +83,7 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
 // A non-negative integer from the environment (for measuring; callers read it once per process);
 // -1 if unset.
 int64_t environment_count(const char* name, int64_t max_value) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return -1;
-  char* end = nullptr;
-  const long long value = std::strtoll(text, &end, 10);
-  require(*end == '\0' && value >= 0 && value <= max_value,
-          fmt::format("{} must be an integer in [0, {}], got '{}'", name, max_value, text));
-  return value;
+  return integer_from_environment(name, 0, max_value).value_or(-1);
 }
 
 // The launched combine's kernel: kFast's sliced one for small batches (the thresholds
