@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "common/arg_checks.h"
@@ -80,26 +81,18 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
   arg_checks::check_stride("mla_decode", name, stride, minimum);
 }
 
-// A non-negative integer from the environment (for measuring; callers read it once per process);
-// -1 if unset.
-int64_t environment_count(const char* name, int64_t max_value) {
-  return integer_from_environment(name, 0, max_value).value_or(-1);
-}
-
 // The launched combine's kernel: kFast's sliced one for small batches (the thresholds
 // overridable for measuring: MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ,
 // MLA_DECODE_SMALL_BATCH_MAX_ROWS), else one warp per row, both as programmatic dependents.
 decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params, bool fast) {
   using decode::DecodeCombineLaunch;
   if (!fast) return DecodeCombineLaunch::kPerRow;
-  static const int64_t min_parts_from_environment =
-      environment_count("MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ", int64_t(1) << 24);
-  static const int64_t max_rows_from_environment =
-      environment_count("MLA_DECODE_SMALL_BATCH_MAX_ROWS", int64_t(1) << 40);
-  const int64_t min_parts =
-      min_parts_from_environment >= 0 ? min_parts_from_environment : kSmallBatchMinPartsPerSeq;
-  const int64_t max_rows =
-      max_rows_from_environment >= 0 ? max_rows_from_environment : kSmallBatchMaxRows;
+  static const int64_t min_parts =
+      integer_from_environment("MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ", 0, int64_t(1) << 24)
+          .value_or(kSmallBatchMinPartsPerSeq);
+  static const int64_t max_rows =
+      integer_from_environment("MLA_DECODE_SMALL_BATCH_MAX_ROWS", 0, int64_t(1) << 40)
+          .value_or(kSmallBatchMaxRows);
   return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
                                params.num_heads_kv, params.num_sms, min_parts, max_rows)
              ? DecodeCombineLaunch::kSliced
@@ -138,25 +131,25 @@ bool query_tile_map_spec(const MlaDecodeParams& params, int heads_per_kv,
 // The seesaw's query tiles by TMA where they apply, unless the environment's MLA_DECODE_QUERY_TMA
 // is 0 (read once per process, for measuring).
 bool query_tma_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_QUERY_TMA", 1);
-  return from_environment != 0;
+  static const bool on = integer_from_environment("MLA_DECODE_QUERY_TMA", 0, 1).value_or(1) != 0;
+  return on;
 }
 
 // The seesaw's grid with a part's row tiles next to each other (FlashMLA's grid order; 2.6 % off
 // the compute-bound rows' time, sixteenth session), unless the environment's
 // MLA_DECODE_TILE_MAJOR is 0 (read once per process, for measuring).
 bool tile_major_from_environment() {
-  static const int64_t from_environment = environment_count("MLA_DECODE_TILE_MAJOR", 1);
-  return from_environment != 0;
+  static const bool on = integer_from_environment("MLA_DECODE_TILE_MAJOR", 0, 1).value_or(1) != 0;
+  return on;
 }
 
 }  // namespace
 
 int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
   if (params.min_cost_per_part > 0) return params.min_cost_per_part;
-  static const int64_t from_environment =
-      environment_count("MLA_DECODE_MIN_COST_PER_PART", int64_t(1) << 24);
-  return from_environment > 0 ? static_cast<int>(from_environment) : 0;
+  static const int from_environment = static_cast<int>(
+      integer_from_environment("MLA_DECODE_MIN_COST_PER_PART", 0, int64_t(1) << 24).value_or(0));
+  return from_environment;
 }
 
 const char* to_string(MlaDecodeCombine combine) {
@@ -214,7 +207,8 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
   if (params.kernel != MlaDecodeKernel::kFast) return MlaDecodeSchedule::kLockstep;
   MlaDecodeSchedule schedule = params.schedule;
   if (schedule == MlaDecodeSchedule::kAuto) {
-    static const int64_t from_environment = environment_count("MLA_DECODE_SEESAW", 4);
+    static const std::optional<int64_t> from_environment =
+        integer_from_environment("MLA_DECODE_SEESAW", 0, 4);
     constexpr MlaDecodeSchedule kByValue[] = {
         MlaDecodeSchedule::kLockstep, MlaDecodeSchedule::kSeesaw, MlaDecodeSchedule::kSeesawSFirst,
         MlaDecodeSchedule::kSeesawPvFirst, MlaDecodeSchedule::kSeesawPairs};
@@ -223,9 +217,9 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params) {
     const bool small = params.num_sms >= 1 && params.batch >= 1 && params.num_heads_kv >= 1 &&
                        decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
                                              params.num_heads_kv, params.num_sms);
-    schedule = from_environment >= 0 ? kByValue[from_environment]
-               : small               ? MlaDecodeSchedule::kSeesawPvFirst
-                                     : MlaDecodeSchedule::kSeesawPairs;
+    schedule = from_environment ? kByValue[*from_environment]
+               : small          ? MlaDecodeSchedule::kSeesawPvFirst
+                                : MlaDecodeSchedule::kSeesawPairs;
   }
   if (schedule == MlaDecodeSchedule::kSeesaw) {
     const int64_t rows = params.num_heads_kv > 0

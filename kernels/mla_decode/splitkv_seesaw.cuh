@@ -601,8 +601,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int h = 0; h < 2; ++h) smem.pair_max[group][my_rows[h]] = row_max_run[h];
         }
       };
-      // This warpgroup takes the other's frame: O's and the row sums' rescale α into it.
-      auto follow_frame = [&](float(&alpha)[2]) {
+      // O ·= α per row, skipped by a warp whose rows all keep their frame.
+      auto rescale_o = [&](const float(&alpha)[2]) {
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+          wgmma::scale_accumulator_rows(o_acc, alpha);
+      };
+      // This warpgroup takes the other's published frame: its row sums and O (no wgmma may be
+      // accumulating into O) are rescaled into it.
+      auto take_other_frame = [&]() {
+        float alpha[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float frame = smem.pair_max[1 - group][my_rows[h]];
@@ -610,11 +617,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               frame == row_max_run[h] ? 1.f : ptx::fast_exp2(row_max_run[h] - subtract_of(frame));
           row_max_run[h] = frame;
         }
-      };
-      // O ·= α per row, skipped by a warp whose rows all keep their frame.
-      auto rescale_o = [&](const float(&alpha)[2]) {
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-          wgmma::scale_accumulator_rows(o_acc, alpha);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
+        rescale_o(alpha);
       };
       auto pv_shared = [&](int j) {  // P from page j's rope block
         wait_half(j, group);         // complete already; orders this warpgroup's reads
@@ -691,10 +696,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             trace(i, 7);
             seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
             trace(i, 8);
-            follow_frame(alpha);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
-            rescale_o(alpha);
+            take_other_frame();
             trace(i, 9);
             pv_shared(b);
             trace(i, 10);
@@ -706,10 +708,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           trace(i, 3);
           seesaw_barrier_sync(kPairsPBarrier + 0, kThreads);  // P_a and page a's frame
           trace(i, 4);
-          follow_frame(alpha);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) row_sum_part[h] *= alpha[h];
-          rescale_o(alpha);  // no wgmma accumulates into O now (S_b may run)
+          take_other_frame();  // no wgmma accumulates into O now (S_b may run)
           pv_shared(a);
           trace(i, 5);
           if constexpr (kFull) {
