@@ -375,16 +375,20 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
             sm_clock_khz));
       }
     }
-    for (size_t k = 0; k < variants.size(); ++k) {
-      DecodeBenchRow row;
+    // The bytes and FLOPs of this configuration, the same for every kernel's row.
+    auto set_size = [&](DecodeBenchRow& row) {
       row.config = config;
-      row.kernel = names[k];
       row.mean_seqlen_k = mean_seqlen;
-      row.us_plan = us_plan;
-      row.us = medians[k];
       row.bytes = batch * (rows_q * kernels::kHeadDimQK * 2 +
                            mean_seqlen * kernels::kHeadDimQK * 2 + rows_q * kernels::kHeadDimV * 2);
       row.flops = 2.0 * batch * rows_q * mean_seqlen * (kernels::kHeadDimQK + kernels::kHeadDimV);
+    };
+    for (size_t k = 0; k < variants.size(); ++k) {
+      DecodeBenchRow row;
+      row.kernel = names[k];
+      row.us_plan = us_plan;
+      row.us = medians[k];
+      set_size(row);
       set_rates(row, ceilings);
       if (reference != nullptr) row.flashmla_us = reference->lookup(config);
       if (flashmla) row.flashmla_same_run_us = medians.back();
@@ -393,14 +397,14 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       if (progress) progress(rows.size(), total, rows.back());
     }
     if (flashmla) {  // FlashMLA's own row, from the same formulas
-      DecodeBenchRow row = rows.back();
+      DecodeBenchRow row;
       row.kernel = "flashmla";
+      set_size(row);
+      if (reference != nullptr) row.flashmla_us = reference->lookup(config);
       row.us = medians.back();
       row.us_plan = 0;  // its scheduler metadata ran once, untimed
       set_rates(row, ceilings);
-      row.flashmla_same_run_us.reset();
       row.out_rel_diff_vs_ours = flashmla_diff;
-      row.workspace_bytes = 0;
       rows.push_back(row);
     }
   }

@@ -75,9 +75,15 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.fast_combines = {kernels::MlaDecodeCombine::kAuto,
                                    kernels::MlaDecodeCombine::kFused,
                                    kernels::MlaDecodeCombine::kLaunched};
+  } else if (options.kernel == "flashmla") {  // FlashMLA alone, e.g. to read its power draw
+    if (!bench::FlashMlaSameRun::available())
+      throw_error("--kernel flashmla: {}", bench::kFlashMlaBuildHint);
+    bench_options.kernels = {};
+    bench_options.flashmla_same_run = true;
   } else {
-    throw_error("--kernel must be one of: all, baseline, fast, seesaw-ab, combine-ab; got '{}'",
-                options.kernel);
+    throw_error(
+        "--kernel must be one of: all, baseline, fast, seesaw-ab, combine-ab, flashmla; got '{}'",
+        options.kernel);
   }
 
   bench_options.page_pool = options.page_pool;
@@ -211,7 +217,7 @@ void add_bench_command(CLI::App& app) {
       "decode", "MLA decode kernel sweep vs the measured ceilings and FlashMLA");
   decode->add_flag("--quick", options->quick, "A few representative rows, fewer runs");
   decode->add_option("--runs", options->runs, "Timed runs per row (median reported)")
-      ->check(CLI::Range(1, 1000));
+      ->check(CLI::Range(1, 100000));
   decode->add_option("--json", options->json_path, "Also write the results as JSON to this file");
   decode->add_option("--flashmla-ref", options->flashmla_ref,
                      "FlashMLA reference times (JSON); empty for none");
@@ -237,14 +243,15 @@ void add_bench_command(CLI::App& app) {
       "--kernel", options->kernel,
       "Which kernel(s): all, baseline, fast, seesaw-ab (baseline, fast_lockstep, "
       "fast_seesaw_s_first, fast_seesaw_pv_first, fast_seesaw_pairs interleaved), combine-ab "
-      "(baseline, fast, fast_fused, fast_launched interleaved)");
+      "(baseline, fast, fast_fused, fast_launched interleaved), flashmla (DeepSeek FlashMLA "
+      "alone; a build with MLA_FLASHMLA_DIR)");
   decode->callback([options] { run_bench_decode(*options); });
 
   auto prefill_options = std::make_shared<BenchPrefillOptions>();
   CLI::App* prefill = bench->add_subcommand(
       "prefill", "Prefill attention (192/128, causal) at heads 16 and 128, ~16k tokens");
   prefill->add_option("--runs", prefill_options->runs, "Timed runs per row (median reported)")
-      ->check(CLI::Range(1, 1000));
+      ->check(CLI::Range(1, 100000));
   prefill->add_option("--json", prefill_options->json_path,
                       "Also write the results as JSON to this file");
   prefill->add_option("--commit", prefill_options->commit, "Commit id recorded in the JSON");
