@@ -406,6 +406,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       set_rates(row, ceilings);
       row.out_rel_diff_vs_ours = flashmla_diff;
       rows.push_back(row);
+      if (progress) progress(rows.size(), total, rows.back());
     }
   }
   return rows;

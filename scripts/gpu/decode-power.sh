@@ -85,7 +85,7 @@ PY
     for row in "${rows[@]}"; do
       for kernel in "${kernels[@]}"; do
         regex="mla_decode_splitkv"
-        [ "$kernel" = flashmla ] && regex="flash_fwd"
+        [ "$kernel" = flashmla ] && regex="flash_fwd_splitkv"
         timeout -k 10 180 ncu --clock-control none -k regex:"$regex" --launch-skip 1 --launch-count 1 \
           --metrics "$metrics" --csv --print-units base --log-file build-gpu/ncu-power.csv \
           "${bench[@]}" --kernel "$kernel" --only "$row" --runs 2 >/dev/null 2>&1
