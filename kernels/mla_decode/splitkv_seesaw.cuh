@@ -726,12 +726,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             trace(i, 8);
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
-            wgmma::wait_group<0>();  // P_a·V: this warpgroup's half of page a is free
-            seesaw_fence_operands(o_acc);
-            release_half(a);
-            trace(i, 9);
-            rescale_o(alpha);
+            // P_b·V goes in behind P_a·V (the same accumulators, in order) without waiting for
+            // it, unless O moves to page b's frame first (rare: the slack).
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+              wgmma::wait_group<0>();
+              seesaw_fence_operands(o_acc);
+              wgmma::scale_accumulator_rows(o_acc, alpha);
+            }
             pv_registers(b, p_frag);
+            trace(i, 9);
+            wgmma::wait_group<1>();  // P_a·V: this warpgroup's half of page a is free
+            release_half(a);
             trace(i, 10);
           }
         }
