@@ -364,14 +364,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        sum[h] = 0.f;
+        // The pairs order (its softmax is on the pair's path) sums in two chains of half the
+        // depth; the other orders in one.
+        float sums[2] = {0.f, 0.f};
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const float p0 = ptx::fast_exp2(exponent(s_acc[4 * k + 2 * h], subtract[h]));
           const float p1 = ptx::fast_exp2(exponent(s_acc[4 * k + 2 * h + 1], subtract[h]));
-          sum[h] += p0 + p1;
+          sums[kScale ? k & 1 : 0] += p0 + p1;
           p_frag[2 * k + h] = ptx::pack_bf16x2(p0, p1);
         }
+        sum[h] = kScale ? sums[0] + sums[1] : sums[0];
       }
     };
     auto subtract_of = [](float m) { return m == -INFINITY ? 0.f : m; };

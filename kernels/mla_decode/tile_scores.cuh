@@ -40,7 +40,6 @@ __device__ __forceinline__ float scale_mask_row_max(float (&s_acc)[4 * kSteps], 
 template <int kSteps>
 __device__ __forceinline__ float mask_row_max_scaled(float (&s_acc)[4 * kSteps], int h, int key0,
                                                      int last_key, bool mask, float scale_log2) {
-  float row_max = -INFINITY;
   if (mask) {
 #pragma unroll
     for (int k = 0; k < kSteps; ++k) {
@@ -51,12 +50,14 @@ __device__ __forceinline__ float mask_row_max_scaled(float (&s_acc)[4 * kSteps],
       }
     }
   }
+  // Two chains of half the depth (one per element of each n8 tile).
+  float row_max[2] = {s_acc[2 * h], s_acc[2 * h + 1]};
 #pragma unroll
-  for (int k = 0; k < kSteps; ++k) {
+  for (int k = 1; k < kSteps; ++k) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) row_max = fmaxf(row_max, s_acc[4 * k + 2 * h + e]);
+    for (int e = 0; e < 2; ++e) row_max[e] = fmaxf(row_max[e], s_acc[4 * k + 2 * h + e]);
   }
-  return quad_row_max(row_max) * scale_log2;
+  return quad_row_max(fmaxf(row_max[0], row_max[1])) * scale_log2;
 }
 
 }  // namespace mla::kernels::decode
