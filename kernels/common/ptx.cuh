@@ -120,6 +120,23 @@ __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* addre
                : "memory");
 }
 
+// clock64 read only once a shared load of `smem_word` has returned (any value other than
+// 0xffffffff; the read is predicated on it). A diagnostic stamp right after bar.sync needs it: a
+// plain clock read there was seen to return the warp's ARRIVAL at the barrier (in SASS the
+// barrier is BAR.SYNC.DEFER_BLOCKING, and the read ran ahead of the other warpgroup's stamp from
+// before its own arrival, by up to ~1,000 cycles), while the load cannot complete before the
+// barrier releases the warp.
+__device__ __forceinline__ uint64_t clock64_after_shared_load(uint32_t smem_word) {
+  uint64_t clock = 0;
+  asm volatile(
+      "{\n.reg .u32 v;\n.reg .pred p;\nld.volatile.shared.u32 v, [%1];\n"
+      "setp.ne.u32 p, v, 0xffffffff;\n@p mov.u64 %0, %%clock64;\n}\n"
+      : "+l"(clock)
+      : "r"(smem_word)
+      : "memory");
+  return clock;
+}
+
 // Two floats → packed bf16x2 (round to nearest even), low half = `lo`.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);

@@ -639,14 +639,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       // kTrace: this warpgroup's event `event` of pair i (CTA (0, 0), its first piece), clock64
       // stored by the warpgroup's first thread through a predicated store (no branch: the wgmma
       // pipeline stays the production one). The events are named by decode_pair_trace_event().
+      // The clock is read after a shared load, so that a stamp after a barrier is its release,
+      // not the warp's arrival (clock64_after_shared_load).
       const bool trace_piece = kTrace && base == 0 && part == 0 && tile_index == 0;
       auto trace = [&](int i, int event) {
         if constexpr (kTrace) {
-          ptx::st_global_u64_if(trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
-                                args.pair_trace +
-                                    (group * kDecodePairTracePairs + i) * kDecodePairTraceEvents +
-                                    event,
-                                clock64());
+          ptx::st_global_u64_if(
+              trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
+              args.pair_trace + (group * kDecodePairTracePairs + i) * kDecodePairTraceEvents +
+                  event,
+              ptx::clock64_after_shared_load(ptx::smem_address(&smem.released[0])));
         }
       };
 
