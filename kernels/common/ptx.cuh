@@ -120,13 +120,6 @@ __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* addre
                : "memory");
 }
 
-// A release-acquire fence at CTA scope (fence.acq_rel.cta): orders this thread's earlier memory
-// operations before its later ones for the release-acquire patterns of the memory model, without
-// the sequential consistency of __threadfence_block() (fence.sc.cta).
-__device__ __forceinline__ void fence_acq_rel_cta() {
-  asm volatile("fence.acq_rel.cta;\n" ::: "memory");
-}
-
 // clock64 read only once a shared load of `smem_word` has returned (any value other than
 // 0xffffffff; the read is predicated on it). A diagnostic stamp right after bar.sync needs it: a
 // plain clock read there was seen to return the warp's ARRIVAL at the barrier (in SASS the

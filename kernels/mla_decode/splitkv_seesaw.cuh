@@ -539,13 +539,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto release_half = [&](int j) {
         if (lane == 0) {
           const uint32_t cta_page = base + j;
-          // As in release(), with release-acquire fences (a fence and a relaxed atomic on each
-          // side synchronize): this warp's reads before the count, and the issuing lane's TMA
-          // write after the other warps' counts.
-          ptx::fence_acq_rel_cta();
+          __threadfence_block();  // as in release(): this warp's reads before the count
           const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
           if (before % 4 == 3 && j + 2 < num_pages) {
-            ptx::fence_acq_rel_cta();
+            __threadfence_block();
             issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
                               page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
                               seesaw_half_blocks(group, j & 1), l2_policy);
