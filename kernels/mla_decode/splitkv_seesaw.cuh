@@ -34,7 +34,8 @@
 // frame, which the slack makes rare, so there is no wait for the other's max: warpgroup 0 issues
 // O += P_a·V_a (A from registers) at once, warpgroup 1 issues O += P_a·V_a (A from shared memory)
 // as soon as P_a is published, before its own softmax, which then runs under those P·V; then
-// P_b·V_b on both. Pages are copied and released by halves: half h (column blocks 4h..4h+3, read
+// P_b·V_b on both (warpgroup 1 issues its own behind its P_a·V without waiting for it, unless O
+// has to be rescaled first). Pages are copied and released by halves: half h (column blocks 4h..4h+3, read
 // by warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the page, and the
 // fourth issues half h of page j + 2 at once; the rope block rides with the half of the warpgroup
 // that does not own the page (it reads P there). Page a's halves are freed inside the pair (after
