@@ -120,12 +120,15 @@ __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* addre
                : "memory");
 }
 
-// clock64 read only once a shared load of `smem_word` has returned (any value other than
-// 0xffffffff; the read is predicated on it). A diagnostic stamp right after bar.sync needs it: a
-// plain clock read there was seen to return the warp's ARRIVAL at the barrier (in SASS the
-// barrier is BAR.SYNC.DEFER_BLOCKING, and the read ran ahead of the other warpgroup's stamp from
-// before its own arrival, by up to ~1,000 cycles), while the load cannot complete before the
-// barrier releases the warp.
+// clock64 meant to be read only once a shared load of `smem_word` has returned (the read is
+// predicated on the loaded value, any value other than 0xffffffff). A diagnostic stamp right
+// after bar.sync needs that: a plain clock read there was seen to return the warp's ARRIVAL at the
+// barrier (in SASS the barrier is BAR.SYNC.DEFER_BLOCKING, and the read ran ahead of the other
+// warpgroup's stamp from before its own arrival, by up to ~1,000 cycles), while the load cannot
+// complete before the barrier releases the warp. Caveat: ptxas turns the predicated read into an
+// unconditional CS2R and a SEL, so the order rests on its schedule (LDS, then the ISETP that
+// waits for it, then CS2R), which held for all 25 stamps of the pair trace's SASS at d12d148;
+// re-check it there after a change (cuobjdump -sass).
 __device__ __forceinline__ uint64_t clock64_after_shared_load(uint32_t smem_word) {
   uint64_t clock = 0;
   asm volatile(

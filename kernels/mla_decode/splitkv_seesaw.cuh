@@ -35,15 +35,17 @@
 // O += P_a·V_a (A from registers) at once, warpgroup 1 issues O += P_a·V_a (A from shared memory)
 // as soon as P_a is published, before its own softmax, which then runs under those P·V; then
 // P_b·V_b on both (warpgroup 1 issues its own behind its P_a·V without waiting for it, unless O
-// has to be rescaled first). Pages are copied and released by halves: half h (column blocks 4h..4h+3, read
-// by warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the page, and the
-// fourth issues half h of page j + 2 at once; the rope block rides with the half of the warpgroup
-// that does not own the page (it reads P there). Page a's halves are freed inside the pair (after
-// each warpgroup's P_a·V), page b's at the next pair's start, so S_a of the next pair waits for
-// less of its page than S_b. No deadlock: every half a warpgroup waits for (its S's pages) was
-// freed either by itself earlier or by the other warpgroup before that one's arrival on the
-// barrier (S issued, or P published) the waiter passed; and each named barrier's next arrival
-// needs the other warpgroup past its previous wait, so no generation is skipped.
+// has to be rescaled first). Pages are copied and released by halves: half h (column blocks
+// 4h..4h+3, read by warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the
+// page, and the fourth issues half h of page j + 2 at once; the rope block rides with the half of
+// the warpgroup that does not own the page (it reads P there). Page a's halves are freed inside the
+// pair (after each warpgroup's P_a·V), page b's at the next pair's start, so S_a of the next pair
+// waits for less of its page than S_b. No deadlock: every half a warpgroup waits for (its S's
+// pages) was freed either by itself earlier or by the other warpgroup before that one's arrival on
+// the barrier (S issued, or P published) the waiter passed, or (warpgroup 1's half of page a,
+// freed after its arrival on the P_b barrier) by a warpgroup that waits for nothing from the other
+// between that arrival and the release; and each named barrier's next arrival needs the other
+// warpgroup past its previous wait, so no generation is skipped.
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
@@ -733,7 +735,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
             // P_b·V goes in behind P_a·V (the same accumulators, in order) without waiting for
-            // it, unless O moves to page b's frame first (rare: the slack).
+            // it, unless O moves to page b's frame first (rare: the slack). The decision is per
+            // warp (each rescales only its own rows), so the full wait runs in a branch that may
+            // differ between the warpgroup's warps. The PTX ISA asks for wgmma.wait_group to be
+            // executed by the whole warpgroup alike; the SASS (WARPGROUP.DEPBAR, a per-warp
+            // wait, alone with the FMULs in the branch) does what is meant, and the GPU tests that
+            // move frames pass (ScoresRisingPageByPage), but this relies on today's ptxas and
+            // hardware. The contract's way, a warpgroup-wide decision (bar.red.or on the
+            // warpgroup's barrier), is not measured yet.
             if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
               wgmma::wait_group<0>();
               seesaw_fence_operands(o_acc);

@@ -6,6 +6,9 @@
 # instructions, shared-memory wavefronts, L2 and DRAM figures of one launch of each kernel.
 # The question it answers: at the card's power cap, does a kernel run slower because its clock is
 # lower (energy per unit of work) or because it needs more cycles?
+# Caveat: the bench's method flushes the L2 (a 256 MiB memset, ~60-90 µs) before every timed run,
+# so the samples describe the kernel and the flushes together: ~3 % flush on a 2 ms row, ~20 % on
+# a 300 µs one. Compare rows of similar length.
 # Output: $OUT/decode-power.txt.
 #   scripts/gpu/decode-power.sh ["b,s_q,h_q,s_k" ...]
 # MLA_POWER_SECONDS: how long each kernel runs per row (default 3).
@@ -16,9 +19,17 @@ mkdir -p "$out"
 seconds="${MLA_POWER_SECONDS:-3}"
 rows=("$@")
 [ ${#rows[@]} -gt 0 ] || rows=("128,1,128,32768" "128,1,128,8192" "128,2,128,8192" "128,1,16,8192")
-kernels=(fast)
-[ -d .carry/flashmla/csrc ] && kernels+=(flashmla)
 bench=(build-gpu/mla bench decode --flashmla-ref "")
+kernels=(fast)
+flashmla_note=""
+# FlashMLA's rows when this build has it (the probe's error is shown when it does not).
+if probe=$("${bench[@]}" --kernel flashmla --only 1,1,16,1024 --runs 1 2>&1); then
+  kernels+=(flashmla)
+else
+  flashmla_note="FlashMLA's rows skipped: $(tail -1 <<<"$probe")"
+fi
+sampler=""
+trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null' EXIT
 
 # The board's fields this driver knows, from the wanted ones (instant power if it has it).
 fields=""
@@ -30,12 +41,13 @@ done
 kernel_us() { grep -oE "^$1 +[0-9]+ +[0-9]+ +[0-9]+ +[^ ]+ +[0-9.]+" | awk '{print $6}' | head -1; }
 
 {
+  [ -n "$flashmla_note" ] && echo "$flashmla_note"
   echo "sampled fields: $fields"
   for row in "${rows[@]}"; do
     for kernel in "${kernels[@]}"; do
       us=$(timeout -k 5 60 "${bench[@]}" --kernel "$kernel" --only "$row" --runs 5 2>/dev/null | kernel_us "$kernel")
       [ -n "$us" ] || { echo "=== $row $kernel: no time (bench failed)"; continue; }
-      runs=$(python3 -c "print(max(20, min(100000, int($seconds * 1e6 / ($us + 30)))))")
+      runs=$(python3 -c "print(max(20, min(100000, int($seconds * 1e6 / ($us + 90)))))")
       samples=$(mktemp)
       nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits -lms 50 >"$samples" 2>/dev/null &
       sampler=$!
@@ -44,6 +56,7 @@ kernel_us() { grep -oE "^$1 +[0-9]+ +[0-9]+ +[0-9]+ +[^ ]+ +[0-9.]+" | awk '{pri
       end=$(date +%s.%N)
       kill "$sampler" 2>/dev/null
       wait "$sampler" 2>/dev/null
+      sampler=""
       timed=$(kernel_us "$kernel" <<<"$text")
       # The samples of the middle of the process (setup and teardown left out).
       python3 - "$row" "$kernel" "$timed" "$runs" "$start" "$end" "$fields" "$samples" <<'PY'

@@ -694,6 +694,7 @@ INSTANTIATE_TEST_SUITE_P(
 // another, and each cross-warpgroup wait ending after what it waits for. A launch that does not
 // run the pairs order is refused.
 TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
+  MLA_REQUIRE_SM90_GPU();
   ref::PagedDecodeProblemSpec spec;
   spec.seqlen_q = 2;
   spec.num_heads_q = 128;
@@ -736,7 +737,7 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
     // {receiver, its event, publisher, the publisher's event}. (Stamps after a barrier read the
     // clock after a shared load: a plain read there returned the warp's arrival, and checks like
     // these failed by up to ~1,000 cycles on the H200, 2026-12-02.)
-    constexpr int kWaits[3][4] = {{1, 2, 0, 2},   // S_b issued after S_a was
+    constexpr int kWaits[3][4] = {{1, 2, 0, 2},   // past the S-issued barrier after S_a issued
                                   {1, 4, 0, 4},   // P_a received after it was exponentiated
                                   {0, 8, 1, 7}};  // P_b received after it was exponentiated
     for (const auto& wait : kWaits) {
