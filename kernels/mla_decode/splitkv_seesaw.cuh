@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (base 2): P ≤ 2^kSeesawRescaleSlack, and most pages keep α = 1 exactly, so the warps skip
     // their 128 multiplies of O. Any common frame of O, the row sums and the lse (lse = frame +
     // log2 sum) gives the same result; the page's owner applies the rule and publishes the frame
-    // (pair_max), and the other warpgroup takes it (follow_frame), so both stay in one frame.
+    // (pair_max), and the other warpgroup takes it (take_other_frame), so both stay in one frame.
     // (The P·V-first and S-first orders keep the exact running max: the same rule in P·V first,
     // with its own skip, measured slower on small batches.)
     auto advance_running_max = [&](const float(&page_max)[2], float(&subtract)[2],
@@ -607,10 +607,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int h = 0; h < 2; ++h) smem.pair_max[group][my_rows[h]] = row_max_run[h];
         }
       };
+      // Whether some row of this warp moves its frame (α ≠ 1): O has to be rescaled.
+      auto frame_moved = [&](const float(&alpha)[2]) {
+        return __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
+      };
       // O ·= α per row, skipped by a warp whose rows all keep their frame.
       auto rescale_o = [&](const float(&alpha)[2]) {
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-          wgmma::scale_accumulator_rows(o_acc, alpha);
+        if (frame_moved(alpha)) wgmma::scale_accumulator_rows(o_acc, alpha);
       };
       // This warpgroup takes the other's published frame: its row sums and O (no wgmma may be
       // accumulating into O) are rescaled into it.
@@ -666,8 +669,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto pair = [&](int i, auto full_flag) {
         constexpr bool kFull = decltype(full_flag)::value;
         const int a = 2 * i, b = 2 * i + 1;
-        float s_acc[32], page_max[2], subtract[2], alpha[2], sum[2];
+        float s_acc[32], subtract[2], alpha[2];
         uint32_t p_frag[16];
+        // This warpgroup's page j, its S done: the frame by the slack rule, P (registers and the
+        // page's rope block), the frame published and the other warpgroup signalled, the row sums
+        // moved into the frame; trace events `event` and `event` + 1. `publisher` is this
+        // warpgroup as a compile-time constant (its barrier; a runtime one rescheduled the SASS).
+        auto softmax_and_publish = [&](int j, int event, auto publisher) {
+          float page_max[2], sum[2];
+          mask_and_max(s_acc, j, page_max);
+          advance_running_max(page_max, subtract, alpha);
+          exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
+          trace(i, event);
+          store_p(j, p_frag);
+          publish_frame();
+          wgmma::fence_proxy_async_shared();
+          seesaw_barrier_arrive(kPairsPBarrier + decltype(publisher)::value, kThreads);
+          trace(i, event + 1);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+        };
         // Each warpgroup's last wgmma of the previous pair read its half of page a − 1.
         trace(i, 0);
         wgmma::wait_group<0>();
@@ -681,17 +702,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma::wait_group<0>();
           seesaw_fence_operands(s_acc);
           trace(i, 3);
-          mask_and_max(s_acc, a, page_max);
-          advance_running_max(page_max, subtract, alpha);  // the frame of page a
-          exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
-          trace(i, 4);
-          store_p(a, p_frag);
-          publish_frame();
-          wgmma::fence_proxy_async_shared();
-          seesaw_barrier_arrive(kPairsPBarrier + 0, kThreads);
-          trace(i, 5);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+          softmax_and_publish(a, 4, std::integral_constant<int, 0>());  // the frame of page a
           rescale_o(alpha);
           pv_registers(a, p_frag);
           trace(i, 6);
@@ -723,17 +734,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait_group<1>();  // S_b; P_a·V may still run
             seesaw_fence_operands(s_acc);
             trace(i, 6);
-            mask_and_max(s_acc, b, page_max);
-            advance_running_max(page_max, subtract, alpha);  // the frame of page b
-            exponentiate(s_acc, std::true_type(), subtract, p_frag, sum);
-            trace(i, 7);
-            store_p(b, p_frag);
-            publish_frame();
-            wgmma::fence_proxy_async_shared();
-            seesaw_barrier_arrive(kPairsPBarrier + 1, kThreads);
-            trace(i, 8);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) row_sum_part[h] = row_sum_part[h] * alpha[h] + sum[h];
+            softmax_and_publish(b, 7, std::integral_constant<int, 1>());  // the frame of page b
             // P_b·V goes in behind P_a·V (the same accumulators, in order) without waiting for
             // it, unless O moves to page b's frame first (rare: the slack). The decision is per
             // warp (each rescales only its own rows), so the full wait runs in a branch that may
@@ -743,7 +744,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // move frames pass (ScoresRisingPageByPage), but this relies on today's ptxas and
             // hardware. The contract's way, a warpgroup-wide decision (bar.red.or on the
             // warpgroup's barrier), is not measured yet.
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+            if (frame_moved(alpha)) {
               wgmma::wait_group<0>();
               seesaw_fence_operands(o_acc);
               wgmma::scale_accumulator_rows(o_acc, alpha);
