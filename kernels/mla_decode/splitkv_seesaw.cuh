@@ -711,14 +711,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             // would otherwise wait for warpgroup 1's softmax.
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
-            release_half(a);
             trace(i, 7);
-            seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
+            release_half(a);
             trace(i, 8);
-            take_other_frame();
+            seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
             trace(i, 9);
-            pv_shared(b);
+            take_other_frame();
             trace(i, 10);
+            pv_shared(b);
+            trace(i, 11);
           }
         } else {
           seesaw_barrier_sync(kChainSIssuedBarrier, kThreads);
@@ -752,8 +753,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             pv_registers(b, p_frag);
             trace(i, 9);
             wgmma::wait_group<1>();  // P_a·V: this warpgroup's half of page a is free
-            release_half(a);
             trace(i, 10);
+            release_half(a);
+            trace(i, 11);
           }
         }
       };

@@ -739,7 +739,7 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
     // these failed by up to ~1,000 cycles on the H200, 2026-12-02.)
     constexpr int kWaits[3][4] = {{1, 2, 0, 2},   // past the S-issued barrier after S_a issued
                                   {1, 4, 0, 4},   // P_a received after it was exponentiated
-                                  {0, 8, 1, 7}};  // P_b received after it was exponentiated
+                                  {0, 9, 1, 7}};  // P_b received after it was exponentiated
     for (const auto& wait : kWaits) {
       EXPECT_GE(at(wait[0], pair, wait[1]), at(wait[2], pair, wait[3]))
           << "warpgroup " << wait[0] << "'s " << kernels::decode_pair_trace_event(wait[0], wait[1])
