@@ -112,6 +112,17 @@ __device__ __forceinline__ void seesaw_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void seesaw_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.sync that also returns whether `predicate` holds in any of the `threads` threads.
+__device__ __forceinline__ bool seesaw_barrier_any(int id, int threads, bool predicate) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(predicate)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 
 // Pins accumulator registers at this point of the program: the wgmma waits are asm statements
 // without register operands, so the compiler could otherwise move reads or writes of the
@@ -737,15 +748,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             trace(i, 6);
             softmax_and_publish(b, 7, std::integral_constant<int, 1>());  // the frame of page b
             // P_b·V goes in behind P_a·V (the same accumulators, in order) without waiting for
-            // it, unless O moves to page b's frame first (rare: the slack). The decision is per
-            // warp (each rescales only its own rows), so the full wait runs in a branch that may
-            // differ between the warpgroup's warps. The PTX ISA asks for wgmma.wait_group to be
-            // executed by the whole warpgroup alike; the SASS (WARPGROUP.DEPBAR, a per-warp
-            // wait, alone with the FMULs in the branch) does what is meant, and the GPU tests that
-            // move frames pass (ScoresRisingPageByPage), but this relies on today's ptxas and
-            // hardware. The contract's way, a warpgroup-wide decision (bar.red.or on the
-            // warpgroup's barrier), is not measured yet.
-            if (frame_moved(alpha)) {
+            // it, unless O moves to page b's frame first (rare: the slack). wgmma.wait_group must
+            // be executed by the whole warpgroup alike, so the warpgroup decides together (a
+            // reduction on its barrier): if any of its rows moves, all four warps wait for P_a·V
+            // and rescale (α = 1 exactly on the rows that keep their frame).
+            if (seesaw_barrier_any(kSeesawGroupBarrier + 1, kSeesawGroupThreads,
+                                   alpha[0] != 1.f || alpha[1] != 1.f)) {
               wgmma::wait_group<0>();
               seesaw_fence_operands(o_acc);
               wgmma::scale_accumulator_rows(o_acc, alpha);
