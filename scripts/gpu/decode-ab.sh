@@ -8,7 +8,7 @@
 #   2. whole sweeps (`mla bench decode --kernel all`, ~5 s each), the builds alternating, judged
 #      by fast/baseline per row (baseline's code is the same in every build);
 #   3. single rows in alternating processes, fast/baseline from one interleaved run each;
-#   4. optionally the pairs order's trace of the tree on some rows;
+#   4. optionally the pairs order's trace of each build on some rows;
 #   5. scripts/gpu/ab_summary.py: each build against the first revision, medians per row and
 #      geometric means per row class.
 # Output under $OUT (the machine returns at most 8 files): build.log, ptxas.txt, ab.log (all
@@ -144,10 +144,14 @@ PY
     build-gpu/mla bench decode --only "$row" --kernel fast --timeline --flashmla-ref '' \
       2>/dev/null | grep -A9 "^timeline"
   done
-  for row in ${MLA_AB_TRACE:-}; do
-    echo "== pair trace of the tree, $row"
-    build-gpu/mla bench decode --only "$row" --kernel fast --pair-trace --flashmla-ref '' \
-      2>/dev/null | tail -26
+  for tb in "${builds[@]}"; do
+    parse_build "$tb"
+    [ -x "$bin" ] || continue
+    for row in ${MLA_AB_TRACE:-}; do
+      echo "== pair trace of $tag, $row"
+      env "${environment[@]}" "$bin" bench decode --only "$row" --kernel fast --pair-trace \
+        --flashmla-ref '' 2>/dev/null | tail -28
+    done
   done
   echo "end ($(($(date +%s) - t0)) s)"
 }
