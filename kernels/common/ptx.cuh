@@ -120,6 +120,13 @@ __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* addre
                : "memory");
 }
 
+__device__ __forceinline__ void st_shared_u32_if(bool predicate, uint32_t address, uint32_t value) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.shared.u32 [%1], %2;\n}\n" ::"r"(
+                   static_cast<int>(predicate)),
+               "r"(address), "r"(value)
+               : "memory");
+}
+
 // clock64 meant to be read only once a shared load of `smem_word` has returned (the read is
 // predicated on the loaded value, any value other than 0xffffffff). A diagnostic stamp right
 // after bar.sync needs that: a plain clock read there was seen to return the warp's ARRIVAL at the

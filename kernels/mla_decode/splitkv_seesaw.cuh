@@ -103,6 +103,13 @@ struct SeesawSharedStorage {
   PendingMerges pending;                       // the fused combine's split pieces
 };
 static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
+// The pair trace's stamps, in shared memory past the storage (that instantiation only): 32-bit
+// cycles after the warpgroup's first stamp plus 1 (0: not reached), [warpgroup][pair][event].
+// They go to shared memory, not straight to global memory, because a global store followed by a
+// release's fence made the fence wait for the store's completion (~700 cycles under the pages'
+// traffic), which put that wait into the very release being traced.
+inline constexpr int kPairTraceSmemBytes = 2 * kDecodePairTracePairs * kDecodePairTraceEvents * 4;
+static_assert(sizeof(SeesawSharedStorage) + kPairTraceSmemBytes <= 227 * 1024);
 // The fused combine stages partials in q and kv as one region.
 static_assert(offsetof(SeesawSharedStorage, kv) == offsetof(SeesawSharedStorage, q) + kPageBytes);
 
@@ -659,13 +666,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The clock is read after a shared load, so that a stamp after a barrier is its release,
       // not the warp's arrival (clock64_after_shared_load).
       const bool trace_piece = kTrace && base == 0 && part == 0 && tile_index == 0;
+      const uint32_t trace_smem = ptx::smem_address(smem_raw + sizeof(SeesawSharedStorage)) +
+                                  group * kDecodePairTracePairs * kDecodePairTraceEvents * 4;
+      uint64_t trace_origin = 0;
+      if constexpr (kTrace) {
+        // Zero this warpgroup's stamps; they are read back by the same thread after the piece.
+        if (trace_piece && tid_in_group == 0) {
+#pragma unroll 1
+          for (int k = 0; k < kDecodePairTracePairs * kDecodePairTraceEvents; ++k)
+            ptx::st_shared_u32_if(true, trace_smem + 4 * k, 0);
+        }
+        trace_origin = clock64();
+      }
       auto trace = [&](int i, int event) {
         if constexpr (kTrace) {
-          ptx::st_global_u64_if(
-              trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
-              args.pair_trace + (group * kDecodePairTracePairs + i) * kDecodePairTraceEvents +
-                  event,
-              ptx::clock64_after_shared_load(ptx::smem_address(&smem.released[0])));
+          const uint64_t now = ptx::clock64_after_shared_load(ptx::smem_address(&smem.released[0]));
+          ptx::st_shared_u32_if(trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
+                                trace_smem + 4 * (i * kDecodePairTraceEvents + event),
+                                static_cast<uint32_t>(now - trace_origin) + 1);
         }
       };
 
@@ -772,6 +790,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (2 * i < num_pages) pair(i, kNo);
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
+      if constexpr (kTrace) {  // the stamps to global memory, as clock64 values
+        if (trace_piece && tid_in_group == 0) {
+          const uint32_t* stamps =
+              reinterpret_cast<const uint32_t*>(smem_raw + sizeof(SeesawSharedStorage)) +
+              group * kDecodePairTracePairs * kDecodePairTraceEvents;
+#pragma unroll 1
+          for (int k = 0; k < kDecodePairTracePairs * kDecodePairTraceEvents; ++k) {
+            args.pair_trace[group * kDecodePairTracePairs * kDecodePairTraceEvents + k] =
+                stamps[k] == 0 ? 0 : trace_origin + stamps[k] - 1;
+          }
+        }
+      }
       stamp(kTimelinePagesDone, true);  // each piece; the last one's stays
     } else {
       int t = group;
@@ -839,10 +869,10 @@ static auto* seesaw_kernel(SeesawOrder order) {
 // the combine is fused.
 template <typename Kernel>
 static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, bool fused_combine,
-                                 cudaStream_t stream) {
-  constexpr int kSmemBytes = sizeof(SeesawSharedStorage);
+                                 cudaStream_t stream, int extra_smem_bytes = 0) {
+  const int smem_bytes = sizeof(SeesawSharedStorage) + extra_smem_bytes;
   MLA_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // 64-row tiles give the same tile count as the plan's shape (checked by the dispatcher).
   // The fused combine's merge takes blockIdx.x as the part: parts-major only (the dispatcher
   // never asks otherwise; an internal invariant, hence no mla::Error).
@@ -852,7 +882,7 @@ static void launch_seesaw_kernel(Kernel* kernel, const DecodeKernelArgs& args, b
   const dim3 grid =
       args.tile_major_grid ? dim3(tiles, args.shape.num_parts) : dim3(args.shape.num_parts, tiles);
   // kFused's CTAs wait for each other: all resident at once, or the launch fails.
-  launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), kSmemBytes, stream, args);
+  launch_cooperative_if(fused_combine, kernel, grid, dim3(kThreads), smem_bytes, stream, args);
   MLA_CHECK_LAUNCH(fused_combine ? "mla_decode_splitkv_seesaw (fused combine)"
                                  : "mla_decode_splitkv_seesaw");
 }
@@ -866,7 +896,7 @@ void launch_splitkv_seesaw(const DecodeKernelArgs& args, bool fused_combine, See
 void launch_splitkv_seesaw_pair_trace(const DecodeKernelArgs& args, cudaStream_t stream) {
   launch_seesaw_kernel(
       &mla_decode_splitkv_seesaw_kernel<false, SeesawOrder::kPairs, SeesawDiagnostic::kPairTrace>,
-      args, false, stream);
+      args, false, stream, kPairTraceSmemBytes);
 }
 
 void launch_splitkv_seesaw_timeline(const DecodeKernelArgs& args, SeesawOrder order,
