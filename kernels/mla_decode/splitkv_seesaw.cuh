@@ -81,6 +81,7 @@ inline constexpr int kSeesawReadyBarrier = 1;  // + the publishing warpgroup (id
 inline constexpr int kSeesawGroupBarrier = 3;  // + the warpgroup (ids 3, 4): its 128 threads
 inline constexpr int kPairsPBarrier = 5;  // pairs: + the publishing warpgroup (P and frame ready)
 inline constexpr int kChainSIssuedBarrier = 7;  // pairs: warpgroup 0 has issued S_a
+inline constexpr int kPbvIssuedBarrier = 8;     // pairs: warpgroup 0 has issued its P_b·V
 // How far (base 2) a page's row max may exceed the running frame before the frame moves to it.
 inline constexpr float kSeesawRescaleSlack = 8.f;
 
@@ -280,12 +281,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto half_barrier = [&](int j, int h) { return half_full0 + (((base + j) & 1) * 2 + h) * 8; };
     if (tid == 0) {  // every stage is free: the previous piece's wgmmas have completed
       if constexpr (kPairs) {
-        // The halves each warpgroup's S needs first (its own), then the others.
+        // The halves each warpgroup's S needs first (half 0, freed first), then the others.
         const int page_ids[2] = {
             page_id_of(args, batch_index, piece.page_begin),
             num_pages > 1 ? page_id_of(args, batch_index, piece.page_begin + 1) : 0};
         for (int k = 0; k < 4; ++k) {
-          const int j = k & 1, h = (k >> 1) ^ j;  // (0, 0), (1, 1), (0, 1), (1, 0)
+          const int j = k & 1, h = k >> 1;  // (0, 0), (1, 0), (0, 1), (1, 1)
           if (j < num_pages)
             issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
                               page_ids[j], kv_head, seesaw_half_blocks(h, j & 1), l2_policy);
@@ -582,26 +583,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
         }
       };
-      // S of the own page j: the own half first (freed by this warpgroup's own P·V, so copied
-      // first; one group), then the other half and the rope block (freed by the other
-      // warpgroup's P·V; a second group). On the sequence's last page the rows past its end are
-      // zeroed first, which needs the whole page.
+      // S of the own page j: half 0 first (freed first: warpgroup 0's P·V of each page goes
+      // first; one group), then half 1 and the rope block (a second group). On the sequence's
+      // last page the rows past its end are zeroed first, which needs the whole page.
       auto issue_s = [&](float(&s_acc)[32], int j) {
-        wait_half(j, group);
+        wait_half(j, 0);
         stamp(kTimelineFirstPage, base == 0 && j == 0);
         const int tokens_valid = piece.seqlen - (piece.page_begin + j) * kPageTokens;
         if (tokens_valid < kPageTokens) {
-          wait_half(j, 1 - group);
+          wait_half(j, 1);
           zero_page_tail(smem.kv[(base + j) & 1], tokens_valid, tid_in_group, kSeesawGroupThreads);
           seesaw_barrier_sync(kSeesawGroupBarrier + group, kSeesawGroupThreads);
         }
 #pragma unroll
         for (int i = 0; i < 32; ++i) s_acc[i] = 0.f;
         wgmma::fence();
-        s_blocks(s_acc, j, 4 * group, std::integral_constant<int, 4>());
+        s_blocks(s_acc, j, 0, std::integral_constant<int, 4>());
         wgmma::commit_group();
-        wait_half(j, 1 - group);
-        s_blocks(s_acc, j, 4 * (1 - group), std::integral_constant<int, 4>());
+        wait_half(j, 1);
+        s_blocks(s_acc, j, 4, std::integral_constant<int, 4>());
         s_blocks(s_acc, j, 8, std::integral_constant<int, 1>());
         wgmma::commit_group();
       };
@@ -748,6 +748,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             take_other_frame();
             trace(i, 10);
             pv_shared(b);
+            seesaw_barrier_arrive(kPbvIssuedBarrier, kThreads);  // warpgroup 0's P_b·V goes first
             trace(i, 11);
           }
         } else {
@@ -765,22 +766,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             seesaw_fence_operands(s_acc);
             trace(i, 6);
             softmax_and_publish(b, 7, std::integral_constant<int, 1>());  // the frame of page b
-            // P_b·V goes in behind P_a·V (the same accumulators, in order) without waiting for
-            // it, unless O moves to page b's frame first (rare: the slack). wgmma.wait_group must
-            // be executed by the whole warpgroup alike, so the warpgroup decides together (a
-            // reduction on its barrier): if any of its rows moves, all four warps wait for P_a·V
-            // and rescale (α = 1 exactly on the rows that keep their frame).
-            if (seesaw_barrier_any(kSeesawGroupBarrier + 1, kSeesawGroupThreads,
-                                   alpha[0] != 1.f || alpha[1] != 1.f)) {
-              wgmma::wait_group<0>();
-              seesaw_fence_operands(o_acc);
-              wgmma::scale_accumulator_rows(o_acc, alpha);
-            }
-            pv_registers(b, p_frag);
+            // P_a·V done: this warpgroup's half of page a is free, and O can be rescaled. Then
+            // P_b·V, behind warpgroup 0's in the tensor pipe (whose half of page b, with the
+            // rope block, the next S_b reads first).
+            wgmma::wait_group<0>();
+            seesaw_fence_operands(o_acc);
             trace(i, 9);
-            wgmma::wait_group<1>();  // P_a·V: this warpgroup's half of page a is free
-            trace(i, 10);
             release_half(a);
+            trace(i, 10);
+            rescale_o(alpha);
+            seesaw_barrier_sync(kPbvIssuedBarrier, kThreads);
+            pv_registers(b, p_frag);
             trace(i, 11);
           }
         }
