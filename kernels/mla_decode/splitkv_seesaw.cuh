@@ -34,18 +34,22 @@
 // frame, which the slack makes rare, so there is no wait for the other's max: warpgroup 0 issues
 // O += P_a·V_a (A from registers) at once, warpgroup 1 issues O += P_a·V_a (A from shared memory)
 // as soon as P_a is published, before its own softmax, which then runs under those P·V; then
-// P_b·V_b on both (warpgroup 1 issues its own behind its P_a·V without waiting for it, unless O
-// has to be rescaled first). Pages are copied and released by halves: half h (column blocks
-// 4h..4h+3, read by warpgroup h's P·V) is released by warpgroup h's four warps after its P·V of the
-// page, and the fourth issues half h of page j + 2 at once; the rope block rides with the half of
-// the warpgroup that does not own the page (it reads P there). Page a's halves are freed inside the
-// pair (after each warpgroup's P_a·V), page b's at the next pair's start, so S_a of the next pair
-// waits for less of its page than S_b. No deadlock: every half a warpgroup waits for (its S's
-// pages) was freed either by itself earlier or by the other warpgroup before that one's arrival on
-// the barrier (S issued, or P published) the waiter passed, or (warpgroup 1's half of page a,
-// freed after its arrival on the P_b barrier) by a warpgroup that waits for nothing from the other
-// between that arrival and the release; and each named barrier's next arrival needs the other
-// warpgroup past its previous wait, so no generation is skipped.
+// P_b·V_b on both, warpgroup 0's first in the tensor pipe: warpgroup 1 waits for its P_a·V, frees
+// its half of page a, rescales O if its frame moved, and issues its P_b·V only after warpgroup 0
+// has issued its own (named barrier kPbvIssuedBarrier), so that warpgroup 0 starts the next pair
+// sooner and its half of page b, with the rope block, is freed first. Pages are copied and
+// released by halves: half h (column blocks 4h..4h+3, read by warpgroup h's P·V) is released by
+// warpgroup h's four warps after its P·V of the page, and the fourth issues half h of page j + 2
+// at once; the rope block rides with the half of the warpgroup that does not own the page (it
+// reads P there). Page a's halves are freed inside the pair (after each warpgroup's P_a·V), page
+// b's at the next pair's start; each S reads half 0 first (for page b it is freed first), so S_a
+// of the next pair waits for less of its page than S_b. No deadlock: every half a warpgroup waits
+// for (its S's pages) was freed either by itself earlier or by the other warpgroup before that
+// one's arrival on the barrier (S issued, P published, or P_b·V issued) the waiter passed, or
+// (warpgroup 1's half of page a, freed after its arrival on the P_b barrier) by a warpgroup that
+// waits for nothing from the other between that arrival and the release; and each named
+// barrier's next arrival needs the other warpgroup past its previous wait, so no generation is
+// skipped.
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
@@ -119,17 +123,6 @@ __device__ __forceinline__ void seesaw_barrier_sync(int id, int threads) {
 }
 __device__ __forceinline__ void seesaw_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-// bar.sync that also returns whether `predicate` holds in any of the `threads` threads.
-__device__ __forceinline__ bool seesaw_barrier_any(int id, int threads, bool predicate) {
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
-      " selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(predicate)), "r"(id), "r"(threads)
-      : "memory");
-  return any != 0;
 }
 
 // Pins accumulator registers at this point of the program: the wgmma waits are asm statements
