@@ -120,6 +120,7 @@ __device__ __forceinline__ void st_global_u64_if(bool predicate, uint64_t* addre
                : "memory");
 }
 
+// A 32-bit store to shared memory (address from smem_address) when `predicate` holds; no branch.
 __device__ __forceinline__ void st_shared_u32_if(bool predicate, uint32_t address, uint32_t value) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.shared.u32 [%1], %2;\n}\n" ::"r"(
                    static_cast<int>(predicate)),

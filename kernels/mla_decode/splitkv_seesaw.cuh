@@ -45,7 +45,7 @@
 // b's at the next pair's start; each S reads half 0 first (for page b it is freed first), so S_a
 // of the next pair waits for less of its page than S_b. No deadlock: every half a warpgroup waits
 // for (its S's pages) was freed either by itself earlier or by the other warpgroup before that
-// one's arrival on the barrier (S issued, P published, or P_b·V issued) the waiter passed, or
+// one's arrival on the barrier (S issued, or P published) the waiter passed, or
 // (warpgroup 1's half of page a, freed after its arrival on the P_b barrier) by a warpgroup that
 // waits for nothing from the other between that arrival and the release; and each named
 // barrier's next arrival needs the other warpgroup past its previous wait, so no generation is
@@ -109,10 +109,11 @@ struct SeesawSharedStorage {
 };
 static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
 // The pair trace's stamps, in shared memory past the storage (that instantiation only): 32-bit
-// cycles after the warpgroup's first stamp plus 1 (0: not reached), [warpgroup][pair][event].
-// They go to shared memory, not straight to global memory, because a global store followed by a
-// release's fence made the fence wait for the store's completion (~700 cycles under the pages'
-// traffic), which put that wait into the very release being traced.
+// cycles after a clock64 read at the traced piece's start, plus 1 (0: not reached),
+// [warpgroup][pair][event]. They go to shared memory, not straight to global memory, because a
+// global store followed by a release's fence made the fence wait for the store's completion,
+// which put that wait into the very release being traced ("P·V done" to "half freed" measured
+// 657 / 832 cycles with global stamps, 457 / 518 with these, on the H200, 2026-12-02).
 inline constexpr int kPairTraceSmemBytes = 2 * kDecodePairTracePairs * kDecodePairTraceEvents * 4;
 static_assert(sizeof(SeesawSharedStorage) + kPairTraceSmemBytes <= 227 * 1024);
 // The fused combine stages partials in q and kv as one region.
@@ -150,8 +151,9 @@ __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, 
 
 // The diagnostic instantiations: kPairTrace, the pairs order's trace of CTA (0, 0)'s first pairs
 // (launch_mla_decode_with_pair_trace); kTimeline, every CTA's phases (launch_mla_decode_with_
-// timeline). Both store through predicated stores, with no branch, so the wgmma pipeline stays
-// the production one.
+// timeline). Inside the page loop both stamp through predicated stores, with no branch, so the
+// wgmma pipeline stays the production one (the pair trace's zeroing and copy-out branches run
+// before and after the pairs, with no wgmma in flight).
 enum class SeesawDiagnostic { kNone, kPairTrace, kTimeline };
 
 template <bool kFusedCombine, SeesawOrder kOrder,
@@ -618,13 +620,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int h = 0; h < 2; ++h) smem.pair_max[group][my_rows[h]] = row_max_run[h];
         }
       };
-      // Whether some row of this warp moves its frame (α ≠ 1): O has to be rescaled.
-      auto frame_moved = [&](const float(&alpha)[2]) {
-        return __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
-      };
-      // O ·= α per row, skipped by a warp whose rows all keep their frame.
+      // O ·= α per row, skipped by a warp whose rows all keep their frame (α = 1).
       auto rescale_o = [&](const float(&alpha)[2]) {
-        if (frame_moved(alpha)) wgmma::scale_accumulator_rows(o_acc, alpha);
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+          wgmma::scale_accumulator_rows(o_acc, alpha);
       };
       // This warpgroup takes the other's published frame: its row sums and O (no wgmma may be
       // accumulating into O) are rescaled into it.
@@ -653,9 +652,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::commit_group();
       };
 
-      // kTrace: this warpgroup's event `event` of pair i (CTA (0, 0), its first piece), clock64
-      // stored by the warpgroup's first thread through a predicated store (no branch: the wgmma
-      // pipeline stays the production one). The events are named by decode_pair_trace_event().
+      // kTrace: this warpgroup's event `event` of pair i (CTA (0, 0), its first piece), the
+      // clock stored by the warpgroup's first thread into shared memory through a predicated
+      // store (no branch: the wgmma pipeline stays the production one), and written to
+      // args.pair_trace as clock64 values after the piece. The events are named by
+      // decode_pair_trace_event().
       // The clock is read after a shared load, so that a stamp after a barrier is its release,
       // not the warp's arrival (clock64_after_shared_load).
       const bool trace_piece = kTrace && base == 0 && part == 0 && tile_index == 0;

@@ -91,8 +91,12 @@ main() {
   done
   for tb in "${builds[@]}"; do
     tag=${tb%%:*}
+    local files=() s
+    for s in $(seq "$sweeps"); do
+      [ -f "$work/sweep-$tag-$s.json" ] && files+=("$work/sweep-$tag-$s.json")
+    done
     python3 -c 'import json, sys; json.dump([json.load(open(p)) for p in sys.argv[2:]], open(sys.argv[1], "w"))' \
-      "$out/sweeps-$tag.json" "$work"/sweep-"$tag"-[0-9]*.json 2>/dev/null
+      "$out/sweeps-$tag.json" "${files[@]}" 2>/dev/null
   done
   echo "sweeps done ($(($(date +%s) - t0)) s)"
 
