@@ -553,20 +553,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       // This warp is done with its warpgroup's half of page j (and, for the other's page, the
       // rope block holding P): count it; the fourth warp issues that half of page j + 2.
-      auto release_half = [&](int j) {
+      // `step(k)` runs in lane 0 after each of its steps (k = 0: the fence, 1: the count, 2: the
+      // copy if this warp issues it): the pair trace's stamps, else nothing.
+      auto release_half = [&](int j, auto step) {
         if (lane == 0) {
           const uint32_t cta_page = base + j;
           __threadfence_block();  // as in release(): this warp's reads before the count
+          step(0);
           const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
+          step(1);
           if (before % 4 == 3 && j + 2 < num_pages) {
             __threadfence_block();
             issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
                               page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
                               seesaw_half_blocks(group, j & 1), l2_policy);
           }
+          step(2);
         }
         __syncwarp();
       };
+      const auto no_steps = [](int) {};
       // `kBlocks` column blocks of S = Q · K_jᵀ from block `first_block` on (4 k16 steps each).
       auto s_blocks = [&](float(&s_acc)[32], int j, int first_block, auto blocks_flag) {
         constexpr int kBlocks = decltype(blocks_flag)::value;
@@ -716,7 +722,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
-        if (i > 0) release_half(a - 1);
+        if (i > 0) release_half(a - 1, no_steps);
         trace(i, 1);
         if (group == 0) {
           issue_s(s_acc, a);
@@ -735,15 +741,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             trace(i, 7);
-            release_half(a);
-            trace(i, 8);
+            release_half(a, [&](int k) { trace(i, 8 + k); });
+            trace(i, 11);
             seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
-            trace(i, 9);
+            trace(i, 12);
             take_other_frame();
-            trace(i, 10);
+            trace(i, 13);
             pv_shared(b);
             seesaw_barrier_arrive(kPbvIssuedBarrier, kThreads);  // warpgroup 0's P_b·V goes first
-            trace(i, 11);
+            trace(i, 14);
           }
         } else {
           seesaw_barrier_sync(kChainSIssuedBarrier, kThreads);
@@ -766,12 +772,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             trace(i, 9);
-            release_half(a);
-            trace(i, 10);
+            release_half(a, [&](int k) { trace(i, 10 + k); });
+            trace(i, 13);
             rescale_o(alpha);
             seesaw_barrier_sync(kPbvIssuedBarrier, kThreads);
             pv_registers(b, p_frag);
-            trace(i, 11);
+            trace(i, 14);
           }
         }
       };

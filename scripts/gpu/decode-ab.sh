@@ -154,7 +154,7 @@ PY
     for row in ${MLA_AB_TRACE:-}; do
       echo "== pair trace of $tag, $row"
       env "${environment[@]}" "$bin" bench decode --only "$row" --kernel fast --pair-trace \
-        --flashmla-ref '' 2>/dev/null | tail -28
+        --flashmla-ref '' 2>/dev/null | sed -n '/^pair trace/,$p'
     done
   done
   echo "end ($(($(date +%s) - t0)) s)"

@@ -207,8 +207,8 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
 // production kernels are unchanged). Throws mla::Error unless the launch runs the pairs order
 // (kFast, more than 16 rows per kv head, decode_resolved_schedule() kSeesawPairs) with the
 // launched combine.
-inline constexpr int kDecodePairTracePairs = 10;
-inline constexpr int kDecodePairTraceEvents = 12;
+inline constexpr int kDecodePairTracePairs = 8;
+inline constexpr int kDecodePairTraceEvents = 15;
 inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
 const char* decode_pair_trace_event(int warpgroup, int event);
 // Whether a launch with these params runs the pairs order (what the pair trace records).
