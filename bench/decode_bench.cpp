@@ -376,22 +376,23 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
             sm_clock_khz));
       }
     }
-    // The bytes and FLOPs of this configuration, the same for every kernel's row.
-    auto set_size = [&](DecodeBenchRow& row) {
+    // What every kernel's row of this configuration shares: its bytes and FLOPs, FlashMLA's
+    // reference time.
+    auto set_config = [&](DecodeBenchRow& row) {
       row.config = config;
       row.mean_seqlen_k = mean_seqlen;
       row.bytes = batch * (rows_q * kernels::kHeadDimQK * 2 +
                            mean_seqlen * kernels::kHeadDimQK * 2 + rows_q * kernels::kHeadDimV * 2);
       row.flops = 2.0 * batch * rows_q * mean_seqlen * (kernels::kHeadDimQK + kernels::kHeadDimV);
+      if (reference != nullptr) row.flashmla_us = reference->lookup(config);
     };
     for (size_t k = 0; k < variants.size(); ++k) {
       DecodeBenchRow row;
       row.kernel = names[k];
       row.us_plan = us_plan;
       row.us = medians[k];
-      set_size(row);
+      set_config(row);
       set_rates(row, ceilings);
-      if (reference != nullptr) row.flashmla_us = reference->lookup(config);
       if (flashmla) row.flashmla_same_run_us = medians.back();
       row.workspace_bytes = workspace_bytes;
       rows.push_back(row);
@@ -400,8 +401,7 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
     if (flashmla) {  // FlashMLA's own row, from the same formulas
       DecodeBenchRow row;
       row.kernel = "flashmla";
-      set_size(row);
-      if (reference != nullptr) row.flashmla_us = reference->lookup(config);
+      set_config(row);
       row.us = medians.back();
       row.us_plan = 0;  // its scheduler metadata ran once, untimed
       set_rates(row, ceilings);

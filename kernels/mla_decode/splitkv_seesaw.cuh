@@ -666,24 +666,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The clock is read after a shared load, so that a stamp after a barrier is its release,
       // not the warp's arrival (clock64_after_shared_load).
       const bool trace_piece = kTrace && base == 0 && part == 0 && tile_index == 0;
-      const uint32_t trace_smem = ptx::smem_address(smem_raw + sizeof(SeesawSharedStorage)) +
-                                  group * kDecodePairTracePairs * kDecodePairTraceEvents * 4;
+      const bool trace_thread = trace_piece && tid_in_group == 0;
+      // This warpgroup's stamps (kPairTraceSmemBytes past the storage) and its words of
+      // args.pair_trace, both [pair][event].
+      constexpr int kTraceWords = kDecodePairTracePairs * kDecodePairTraceEvents;
+      uint32_t* const trace_stamps =
+          reinterpret_cast<uint32_t*>(smem_raw + sizeof(SeesawSharedStorage)) + group * kTraceWords;
       uint64_t trace_origin = 0;
       if constexpr (kTrace) {
-        // Zero this warpgroup's stamps; they are read back by the same thread after the piece.
-        if (trace_piece && tid_in_group == 0) {
+        // Zeroed here, read back by the same thread after the piece.
+        if (trace_thread) {
 #pragma unroll 1
-          for (int k = 0; k < kDecodePairTracePairs * kDecodePairTraceEvents; ++k)
-            ptx::st_shared_u32_if(true, trace_smem + 4 * k, 0);
+          for (int k = 0; k < kTraceWords; ++k) trace_stamps[k] = 0;
         }
         trace_origin = clock64();
       }
       auto trace = [&](int i, int event) {
         if constexpr (kTrace) {
           const uint64_t now = ptx::clock64_after_shared_load(ptx::smem_address(&smem.released[0]));
-          ptx::st_shared_u32_if(trace_piece && tid_in_group == 0 && i < kDecodePairTracePairs,
-                                trace_smem + 4 * (i * kDecodePairTraceEvents + event),
-                                static_cast<uint32_t>(now - trace_origin) + 1);
+          ptx::st_shared_u32_if(
+              trace_thread && i < kDecodePairTracePairs,
+              ptx::smem_address(trace_stamps + i * kDecodePairTraceEvents + event),
+              static_cast<uint32_t>(now - trace_origin) + 1);
         }
       };
 
@@ -787,14 +791,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
       if constexpr (kTrace) {  // the stamps to global memory, as clock64 values
-        if (trace_piece && tid_in_group == 0) {
-          const uint32_t* stamps =
-              reinterpret_cast<const uint32_t*>(smem_raw + sizeof(SeesawSharedStorage)) +
-              group * kDecodePairTracePairs * kDecodePairTraceEvents;
+        if (trace_thread) {
 #pragma unroll 1
-          for (int k = 0; k < kDecodePairTracePairs * kDecodePairTraceEvents; ++k) {
-            args.pair_trace[group * kDecodePairTracePairs * kDecodePairTraceEvents + k] =
-                stamps[k] == 0 ? 0 : trace_origin + stamps[k] - 1;
+          for (int k = 0; k < kTraceWords; ++k) {
+            args.pair_trace[group * kTraceWords + k] =
+                trace_stamps[k] == 0 ? 0 : trace_origin + trace_stamps[k] - 1;
           }
         }
       }
