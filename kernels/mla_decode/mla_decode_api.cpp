@@ -508,14 +508,14 @@ const char* decode_pair_trace_event(int warpgroup, int event) {
   static constexpr const char* kEvents[2][kDecodePairTraceEvents] = {
       {"pair start", "previous P·V done, half of page b freed", "S issued (page landed)", "S done",
        "P exponentiated (frame of page a)", "P and frame published", "own P·V issued",
-       "own P·V done", "release of page a's half: fence passed", "release: count added",
-       "release: copy issued (if this warp is the fourth)", "its half of page a freed",
-       "other's P and frame received", "O in the other's frame", "other's P·V issued"},
+       "own P·V done", "release of page a's half: its four warps past the barrier",
+       "its half of page a freed (that half of page a + 2 issued)", "other's P and frame received",
+       "O in the other's frame", "other's P·V issued"},
       {"pair start", "previous P·V done, half of page b freed", "other's S issued",
        "S issued (page landed)", "other's P and frame received", "other's P·V issued", "S done",
        "P exponentiated (frame of page b)", "P and frame published", "other's P·V done",
-       "release of page a's half: fence passed", "release: count added",
-       "release: copy issued (if this warp is the fourth)", "its half of page a freed",
+       "release of page a's half: its four warps past the barrier",
+       "its half of page a freed (that half of page a + 2 issued)",
        "own P·V issued (after warpgroup 0's)"}};
   require(warpgroup >= 0 && warpgroup < 2 && event >= 0 && event < kDecodePairTraceEvents,
           fmt::format("no pair-trace event {} of warpgroup {}", event, warpgroup));

@@ -39,17 +39,17 @@
 // has issued its own (named barrier kPbvIssuedBarrier), so that warpgroup 0 starts the next pair
 // sooner and its half of page b, with the rope block, is freed first. Pages are copied and
 // released by halves: half h (column blocks 4h..4h+3, read by warpgroup h's P·V) is released by
-// warpgroup h's four warps after its P·V of the page, and the fourth issues half h of page j + 2
-// at once; the rope block rides with the half of the warpgroup that does not own the page (it
-// reads P there). Page a's halves are freed inside the pair (after each warpgroup's P_a·V), page
-// b's at the next pair's start; each S reads half 0 first (for page b it is freed first), so S_a
-// of the next pair waits for less of its page than S_b. No deadlock: every half a warpgroup waits
-// for (its S's pages) was freed either by itself earlier or by the other warpgroup before that
-// one's arrival on the barrier (S issued, or P published) the waiter passed, or
-// (warpgroup 1's half of page a, freed after its arrival on the P_b barrier) by a warpgroup that
-// waits for nothing from the other between that arrival and the release; and each named
-// barrier's next arrival needs the other warpgroup past its previous wait, so no generation is
-// skipped.
+// warpgroup h after its P·V of the page (its four warps meet at its named barrier, and its first
+// thread issues half h of page j + 2 at once); the rope block rides with the half of the warpgroup
+// that does not own the page (it reads P there). Page a's halves are freed inside the pair (after
+// each warpgroup's P_a·V), page b's at the next pair's start; each S reads half 0 first (for page b
+// it is freed first), so S_a of the next pair waits for less of its page than S_b. No deadlock:
+// every half a warpgroup waits for (its S's pages) was freed either by itself earlier or by the
+// other warpgroup before that one's arrival on the barrier (S issued, or P published) the waiter
+// passed, or (warpgroup 1's half of page a, freed after its arrival on the P_b barrier) by a
+// warpgroup that waits for nothing from the other between that arrival and the release; and each
+// named barrier's next arrival needs the other warpgroup past its previous wait, so no generation
+// is skipped.
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
@@ -101,7 +101,6 @@ struct SeesawSharedStorage {
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
   float pair_max[2][kSeesawRows];              // pairs: each warpgroup's frame after its page
   int released[kStages];                       // warps done with each stage, 8 per page
-  int released_half[kStages][2];               // pairs: warps done with each half, 4 per page
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
   uint64_t half_full[kStages][2];              // pairs: TMA completion of each half
   uint64_t query_full;                         // the query tile's TMA copy (args.query_by_tma)
@@ -218,10 +217,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       tma::barrier_init(full0 + stage * 8, 1);
       smem.released[stage] = 0;
-      for (int half = 0; half < 2; ++half) {
+      for (int half = 0; half < 2; ++half)
         tma::barrier_init(half_full0 + (stage * 2 + half) * 8, 1);
-        smem.released_half[stage][half] = 0;
-      }
     }
     tma::barrier_init(query_full, 1);
     tma::fence_barrier_init();
@@ -551,28 +548,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto wait_half = [&](int j, int h) {
         tma::wait_parity(half_barrier(j, h), ((base + j) >> 1) & 1);
       };
-      // This warp is done with its warpgroup's half of page j (and, for the other's page, the
-      // rope block holding P): count it; the fourth warp issues that half of page j + 2.
-      // `step(k)` runs in lane 0 after each of its steps (k = 0: the fence, 1: the count, 2: the
-      // copy if this warp issues it): the pair trace's stamps, else nothing.
-      auto release_half = [&](int j, auto step) {
-        if (lane == 0) {
-          const uint32_t cta_page = base + j;
-          __threadfence_block();  // as in release(): this warp's reads before the count
-          step(0);
-          const int before = atomicAdd(&smem.released_half[cta_page & 1][group], 1);
-          step(1);
-          if (before % 4 == 3 && j + 2 < num_pages) {
-            __threadfence_block();
+      // This warpgroup is done with its half of page j (and, for the other's page, the rope block
+      // holding P): each of its warps has waited for its wgmmas reading it, and its named barrier
+      // orders those completions before the copy of half h of page j + 2 into it, which its first
+      // thread issues. (A count of the four warps on a shared atomic, with a fence before it, and
+      // the fourth warp issuing, took ~2 % longer on the compute-bound rows, 2026-12-02: every
+      // shared-memory round trip is slow while the wgmmas read shared memory.) `after_barrier`
+      // runs in that thread once the barrier is passed: the pair trace's stamp, else nothing.
+      auto release_half = [&](int j, auto after_barrier) {
+        seesaw_barrier_sync(kSeesawGroupBarrier + group, kSeesawGroupThreads);
+        if (tid_in_group == 0) {
+          after_barrier();
+          if (j + 2 < num_pages) {
             issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
                               page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
                               seesaw_half_blocks(group, j & 1), l2_policy);
           }
-          step(2);
         }
-        __syncwarp();
       };
-      const auto no_steps = [](int) {};
+      const auto no_steps = [] {};
       // `kBlocks` column blocks of S = Q · K_jᵀ from block `first_block` on (4 k16 steps each).
       auto s_blocks = [&](float(&s_acc)[32], int j, int first_block, auto blocks_flag) {
         constexpr int kBlocks = decltype(blocks_flag)::value;
@@ -745,15 +739,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             trace(i, 7);
-            release_half(a, [&](int k) { trace(i, 8 + k); });
-            trace(i, 11);
+            release_half(a, [&] { trace(i, 8); });
+            trace(i, 9);
             seesaw_barrier_sync(kPairsPBarrier + 1, kThreads);  // P_b and page b's frame
-            trace(i, 12);
+            trace(i, 10);
             take_other_frame();
-            trace(i, 13);
+            trace(i, 11);
             pv_shared(b);
             seesaw_barrier_arrive(kPbvIssuedBarrier, kThreads);  // warpgroup 0's P_b·V goes first
-            trace(i, 14);
+            trace(i, 12);
           }
         } else {
           seesaw_barrier_sync(kChainSIssuedBarrier, kThreads);
@@ -776,12 +770,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait_group<0>();
             seesaw_fence_operands(o_acc);
             trace(i, 9);
-            release_half(a, [&](int k) { trace(i, 10 + k); });
-            trace(i, 13);
+            release_half(a, [&] { trace(i, 10); });
+            trace(i, 11);
             rescale_o(alpha);
             seesaw_barrier_sync(kPbvIssuedBarrier, kThreads);
             pv_registers(b, p_frag);
-            trace(i, 14);
+            trace(i, 12);
           }
         }
       };

@@ -740,8 +740,8 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
     constexpr int kWaits[4][4] = {
         {1, 2, 0, 2},     // past the S-issued barrier after S_a issued
         {1, 4, 0, 4},     // P_a received after it was exponentiated
-        {0, 12, 1, 7},    // P_b received after it was exponentiated
-        {1, 14, 0, 13}};  // P_b·V after warpgroup 0's (its last stamp before its arrival)
+        {0, 10, 1, 7},    // P_b received after it was exponentiated
+        {1, 12, 0, 11}};  // P_b·V after warpgroup 0's (its last stamp before its arrival)
     for (const auto& wait : kWaits) {
       EXPECT_GE(at(wait[0], pair, wait[1]), at(wait[2], pair, wait[3]))
           << "warpgroup " << wait[0] << "'s " << kernels::decode_pair_trace_event(wait[0], wait[1])

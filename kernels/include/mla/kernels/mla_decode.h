@@ -208,7 +208,7 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
 // (kFast, more than 16 rows per kv head, decode_resolved_schedule() kSeesawPairs) with the
 // launched combine.
 inline constexpr int kDecodePairTracePairs = 8;
-inline constexpr int kDecodePairTraceEvents = 15;
+inline constexpr int kDecodePairTraceEvents = 13;
 inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
 const char* decode_pair_trace_event(int warpgroup, int event);
 // Whether a launch with these params runs the pairs order (what the pair trace records).
