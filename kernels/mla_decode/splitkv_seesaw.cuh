@@ -53,8 +53,9 @@
 //
 // Pages: CTA page c (counted across pieces) lives in stage c mod 2 and completes phase
 // (c / 2) mod 2 of that stage's mbarrier. Thread 0 issues a piece's first two pages; after that
-// each warp, when its wgmmas reading page j have completed, adds 1 to the stage's release count,
-// and the warp that completes the count (8 warps) issues page j + 2 into the stage. The owner of
+// (the S-first and P·V-first orders; the pairs order releases by halves, above) each warp, when
+// its wgmmas reading page j have completed, adds 1 to the stage's release count, and the warp
+// that completes the count (8 warps) issues page j + 2 into the stage. The owner of
 // a page zeroes its rows past the sequence's end (all 9 blocks) before its S reads them.
 #pragma once
 
@@ -110,8 +111,9 @@ static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
 // The pair trace's stamps, in shared memory past the storage (that instantiation only): 32-bit
 // cycles after a clock64 read at the traced piece's start, plus 1 (0: not reached),
 // [warpgroup][pair][event]. They go to shared memory, not straight to global memory, because a
-// global store followed by a release's fence made the fence wait for the store's completion,
-// which put that wait into the very release being traced ("P·V done" to "half freed" measured
+// global store followed by a release's fence (releases had one until 2026-12-02's barrier
+// release) made the fence wait for the store's completion, which put that wait into the very
+// release being traced ("P·V done" to "half freed" measured
 // 657 / 832 cycles with global stamps, 457 / 518 with these, on the H200, 2026-12-02).
 inline constexpr int kPairTraceSmemBytes = 2 * kDecodePairTracePairs * kDecodePairTraceEvents * 4;
 static_assert(sizeof(SeesawSharedStorage) + kPairTraceSmemBytes <= 227 * 1024);
@@ -566,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      const auto no_steps = [] {};
+      const auto no_stamp = [] {};
       // `kBlocks` column blocks of S = Q · K_jᵀ from block `first_block` on (4 k16 steps each).
       auto s_blocks = [&](float(&s_acc)[32], int j, int first_block, auto blocks_flag) {
         constexpr int kBlocks = decltype(blocks_flag)::value;
@@ -720,7 +722,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         trace(i, 0);
         wgmma::wait_group<0>();
         seesaw_fence_operands(o_acc);
-        if (i > 0) release_half(a - 1, no_steps);
+        if (i > 0) release_half(a - 1, no_stamp);
         trace(i, 1);
         if (group == 0) {
           issue_s(s_acc, a);
