@@ -135,8 +135,9 @@ __device__ __forceinline__ void st_shared_u32_if(bool predicate, uint32_t addres
 // warpgroup's stamp from before its own arrival, by up to ~1,000 cycles), while the load cannot
 // complete before the barrier releases the warp. Caveat: ptxas turns the predicated read into an
 // unconditional CS2R and a SEL, so the order rests on its schedule (LDS, then the ISETP that
-// waits for it, then CS2R), which held for all 25 stamps of the pair trace's SASS at d12d148;
-// re-check it there after a change (cuobjdump -sass).
+// waits for it, then CS2R), which held for all 25 stamps of the pair trace's SASS at d12d148 and
+// for all 35 at 6dc08c4 (every stamp after a BAR.SYNC has its LDS and ISETP between the barrier
+// and the CS2R); re-check it there after a change (cuobjdump -sass).
 __device__ __forceinline__ uint64_t clock64_after_shared_load(uint32_t smem_word) {
   uint64_t clock = 0;
   asm volatile(

@@ -101,7 +101,7 @@ struct SeesawSharedStorage {
   float page_max[kSeesawRows];                 // running row max after it (base 2)
   float row_partial[2][kSeesawRows];           // per-warpgroup row sums (epilogue)
   float pair_max[2][kSeesawRows];              // pairs: each warpgroup's frame after its page
-  int released[kStages];                       // warps done with each stage, 8 per page
+  int released[kStages];                       // warps done with a stage, 8 a page (not pairs)
   alignas(8) uint64_t page_full[kStages];      // TMA completion, one barrier per stage
   uint64_t half_full[kStages][2];              // pairs: TMA completion of each half
   uint64_t query_full;                         // the query tile's TMA copy (args.query_by_tma)
