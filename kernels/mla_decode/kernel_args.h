@@ -41,6 +41,10 @@ struct DecodeKernelArgs {
   // tiles}, so that a part's row tiles (which read the same pages) are launched consecutively
   // (FlashMLA's order). Never with the fused combine, whose merge takes blockIdx.x as the part.
   bool tile_major_grid = false;
+  // kFast's seesaw pairs order: the cache as a 5-D map {64 columns, 64 tokens, 9 column blocks,
+  // num_pages, h_kv} (the blocks' stride 128 bytes), a box of 4 column blocks: one copy fills
+  // four consecutive 8 KB blocks of a stage (a half of a page without its rope block).
+  CUtensorMap kv_half_tensor_map = {};
 };
 
 // Whether a 64-row tile of a kv head's query rows (query position s, head i of the kv head's

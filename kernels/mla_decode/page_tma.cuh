@@ -41,6 +41,20 @@ __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, 
   }
 }
 
+// One thread: half `half` of cache page `page_id` (column blocks 4·half .. 4·half + 3, one copy
+// through args.kv_half_tensor_map) and, when `with_rope`, its rope block (block 8) into the stage
+// at `stage_smem`, completing on `barrier`.
+__device__ __forceinline__ void issue_page_half(const DecodeKernelArgs& args, uint32_t stage_smem,
+                                                uint32_t barrier, int page_id, int kv_head,
+                                                int half, bool with_rope, uint64_t l2_policy) {
+  tma::arrive_expect_bytes(barrier, (with_rope ? 5 : 4) * kColumnBlockBytes);
+  tma::load_5d(stage_smem + 4 * half * kColumnBlockBytes, &args.kv_half_tensor_map, barrier, 0, 0,
+               4 * half, page_id, kv_head, l2_policy);
+  if (with_rope)
+    tma::load_4d(stage_smem + 8 * kColumnBlockBytes, &args.kv_tensor_map, barrier, 8 * 64, 0,
+                 page_id, kv_head, l2_policy);
+}
+
 // One thread: cache page `page_id` (kv head `kv_head`) into the stage at `stage_smem`, completing
 // on the mbarrier at `barrier`: all of its column blocks.
 __device__ __forceinline__ void issue_page_id(const DecodeKernelArgs& args, uint32_t stage_smem,

@@ -136,12 +136,6 @@ __device__ __forceinline__ void seesaw_fence_operands(float (&registers)[kCount]
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(registers[i])::"memory");
 }
 
-// Pairs order: the column blocks of half `half` of a page that warpgroup `owner` owns (the rope
-// block rides with the other warpgroup's half).
-__device__ __forceinline__ uint32_t seesaw_half_blocks(int half, int owner) {
-  return (0xFu << (4 * half)) | (half != owner ? 0x100u : 0u);
-}
-
 // One thread: page `page` of sequence `seq` as CTA page `cta_page` (stage cta_page mod 2).
 __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, uint32_t kv_smem0,
                                                   uint32_t full0, uint32_t cta_page, int seq,
@@ -282,8 +276,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int k = 0; k < 4; ++k) {
           const int j = k & 1, h = k >> 1;  // (0, 0), (1, 0), (0, 1), (1, 1)
           if (j < num_pages)
-            issue_page_blocks(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
-                              page_ids[j], kv_head, seesaw_half_blocks(h, j & 1), l2_policy);
+            issue_page_half(args, kv_smem0 + ((base + j) & 1) * kPageBytes, half_barrier(j, h),
+                            page_ids[j], kv_head, h, h != (j & 1), l2_policy);
         }
       } else {
         seesaw_issue_page(args, kv_smem0, full0, base, batch_index, piece.page_begin, kv_head,
@@ -562,9 +556,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tid_in_group == 0) {
           after_barrier();
           if (j + 2 < num_pages) {
-            issue_page_blocks(args, stage_smem(j), half_barrier(j, group),
-                              page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head,
-                              seesaw_half_blocks(group, j & 1), l2_policy);
+            issue_page_half(args, stage_smem(j), half_barrier(j, group),
+                            page_id_of(args, batch_index, piece.page_begin + j + 2), kv_head, group,
+                            group != (j & 1), l2_policy);
           }
         }
       };
