@@ -22,6 +22,24 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint3
          (uint64_t((leading_bytes >> 4) & 0x3fff) << 16) | uint64_t((smem_address >> 4) & 0x3fff);
 }
 
+// A descriptor as its two 32-bit words, stepped through a tile by adding (bytes >> 4) to the low
+// word: shared-memory addresses are below 2^18 (228 KB), so the start address never carries into
+// the leading byte offset, and each step is one add. (smem_descriptor's masks and shifts, redone
+// for each wgmma of a tile, took nine uniform instructions a wgmma in the SASS, 2026-12-02.)
+struct SmemDescriptor {
+  uint32_t lo, hi;
+  __device__ __forceinline__ uint64_t at(uint32_t byte_offset) const {
+    return (uint64_t(hi) << 32) | (lo + (byte_offset >> 4));
+  }
+};
+
+__device__ __forceinline__ SmemDescriptor smem_descriptor_words(uint32_t smem_address,
+                                                                uint32_t leading_bytes,
+                                                                uint32_t stride_bytes) {
+  const uint64_t d = smem_descriptor(smem_address, leading_bytes, stride_bytes);
+  return {uint32_t(d), uint32_t(d >> 32)};
+}
+
 // Orders this thread's generic-proxy shared memory writes (st.shared, cp.async) before later
 // async-proxy reads (wgmma operands); put it before the barrier that publishes the data.
 __device__ __forceinline__ void fence_proxy_async_shared() {

@@ -313,9 +313,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto stage_smem = [&](int j) { return kv_smem0 + ((base + j) & 1) * kPageBytes; };
     // This warpgroup's 256 V columns of page j (4 blocks of 64), MN-major, k16 step ks.
     auto desc_v = [&](int j, int ks) {
-      return wgmma::smem_descriptor(
-          stage_smem(j) + group * (kColsPerGroup / 64) * kColumnBlockBytes + ks * 16 * 128,
-          kColumnBlockBytes, 1024);
+      return wgmma::smem_descriptor_words(
+                 stage_smem(j) + group * (kColsPerGroup / 64) * kColumnBlockBytes,
+                 kColumnBlockBytes, 1024)
+          .at(ks * 16 * 128);
     };
 
     float row_max_run[2], row_sum_part[2];
@@ -566,12 +567,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       // `kBlocks` column blocks of S = Q · K_jᵀ from block `first_block` on (4 k16 steps each).
       auto s_blocks = [&](float(&s_acc)[32], int j, int first_block, auto blocks_flag) {
         constexpr int kBlocks = decltype(blocks_flag)::value;
-        const uint32_t kv_stage = stage_smem(j);
+        const wgmma::SmemDescriptor q_desc = wgmma::smem_descriptor_words(q_smem, 0, 1024);
+        const wgmma::SmemDescriptor k_desc = wgmma::smem_descriptor_words(stage_smem(j), 0, 1024);
 #pragma unroll
         for (int i = 0; i < 4 * kBlocks; ++i) {
           const uint32_t k_offset = (first_block + i / 4) * kColumnBlockBytes + (i % 4) * 32;
-          wgmma::mma_m64n64k16_bf16(s_acc, wgmma::smem_descriptor(q_smem + k_offset, 0, 1024),
-                                    wgmma::smem_descriptor(kv_stage + k_offset, 0, 1024));
+          wgmma::mma_m64n64k16_bf16(s_acc, q_desc.at(k_offset), k_desc.at(k_offset));
         }
       };
       // S of the own page j: half 0 first (freed first: warpgroup 0's P·V of each page goes
@@ -639,12 +640,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto pv_shared = [&](int j) {  // P from page j's rope block
         wait_half(j, group);         // complete already; orders this warpgroup's reads
         wgmma::fence();
-        const uint32_t p_rope = stage_smem(j) + 8 * kColumnBlockBytes;
+        const wgmma::SmemDescriptor p_desc =
+            wgmma::smem_descriptor_words(stage_smem(j) + 8 * kColumnBlockBytes, 0, 1024);
 #pragma unroll
-        for (int ks = 0; ks < kPageTokens / 16; ++ks) {
-          wgmma::mma_m64n256k16_bf16_b_mn_major(
-              o_acc, wgmma::smem_descriptor(p_rope + ks * 32, 0, 1024), desc_v(j, ks));
-        }
+        for (int ks = 0; ks < kPageTokens / 16; ++ks)
+          wgmma::mma_m64n256k16_bf16_b_mn_major(o_acc, p_desc.at(ks * 32), desc_v(j, ks));
         wgmma::commit_group();
       };
 
