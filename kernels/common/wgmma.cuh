@@ -23,9 +23,11 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint3
 }
 
 // A descriptor as its two 32-bit words, stepped through a tile by adding (bytes >> 4) to the low
-// word: shared-memory addresses are below 2^18 (228 KB), so the start address never carries into
-// the leading byte offset, and each step is one add. (smem_descriptor's masks and shifts, redone
-// for each wgmma of a tile, took nine uniform instructions a wgmma in the SASS, 2026-12-02.)
+// word, one add a step. `at(bytes)` equals smem_descriptor(address + bytes, ...) when bytes is a
+// multiple of 16 and address + bytes stays below 2^18 (every shared address on sm_90 does: 228 KB):
+// the start address field then never carries into the bits above it. (smem_descriptor's masks and
+// shifts, redone for each wgmma of a tile, took nine uniform instructions a wgmma in the SASS,
+// 2026-12-02.)
 struct SmemDescriptor {
   uint32_t lo, hi;
   __device__ __forceinline__ uint64_t at(uint32_t byte_offset) const {

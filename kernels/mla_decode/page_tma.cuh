@@ -1,6 +1,8 @@
 // The TMA page pipeline shared by the decode bodies (two stages for the wgmma bodies, three for
-// the mma.sync body): thread 0 issues each 64-token page as 9 boxes of 64 × 64 (128-byte swizzle,
-// L2 evict-first) completing on the stage's mbarrier; every thread waits on that barrier's phase.
+// the mma.sync body): one thread issues each 64-token page as 9 boxes of 64 × 64 (128-byte
+// swizzle, L2 evict-first) completing on the stage's mbarrier, or, in kFast's pairs order, each
+// half of a page (issue_page_half: one 4-block box, plus the rope block for one of the halves) on
+// the half's mbarrier; every thread waits on that barrier's phase.
 // A CTA counts the pages it has consumed across its pieces; the count selects the stage (count mod
 // stages) and the phase parity (count / stages mod 2). PartPageStream (mla_decode_plan.h) lets
 // thread 0 issue pages ahead across piece boundaries: the n-th page it issues is the n-th the CTA
@@ -41,6 +43,7 @@ __device__ __forceinline__ void issue_page_blocks(const DecodeKernelArgs& args, 
   }
 }
 
+static_assert(kChunksQK / 8 == 9, "a page is two 4-block halves and the rope block (block 8)");
 // One thread: half `half` of cache page `page_id` (column blocks 4·half .. 4·half + 3, one copy
 // through args.kv_half_tensor_map) and, when `with_rope`, its rope block (block 8) into the stage
 // at `stage_smem`, completing on `barrier`.
