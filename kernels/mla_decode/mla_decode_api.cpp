@@ -413,23 +413,19 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     spec.box[2] = 1;
     spec.box[3] = 1;
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
-    // The same cache with the columns split into 64-column blocks, a box of four of them.
+    // The same cache with the columns split into 64-column blocks, a box of four of them: the
+    // blocks' dimension (stride 128 B) inserted after the tokens, pages and heads moved up one.
     cuda::TensorMapBf16Spec half = spec;
     half.rank = 5;
+    for (int d = 4; d >= 3; --d) {
+      half.dims[d] = spec.dims[d - 1];
+      half.strides_bytes[d - 1] = spec.strides_bytes[d - 2];
+      half.box[d] = spec.box[d - 1];
+    }
     half.dims[0] = 64;
-    half.dims[1] = kPageSize;
     half.dims[2] = kHeadDimQK / 64;
-    half.dims[3] = static_cast<uint64_t>(params.num_pages);
-    half.dims[4] = static_cast<uint64_t>(params.num_heads_kv);
-    half.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
     half.strides_bytes[1] = 64 * sizeof(bf16);
-    half.strides_bytes[2] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
-    half.strides_bytes[3] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
-    half.box[0] = 64;
-    half.box[1] = kPageSize;
     half.box[2] = 4;
-    half.box[3] = 1;
-    half.box[4] = 1;
     args.kv_half_tensor_map = cuda::make_tensor_map_bf16(half);
   }
   // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
