@@ -364,7 +364,7 @@ namespace {
 
 // timeline / pair_trace: the diagnostics' buffers (null for a plain launch).
 void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* pair_trace,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, int pair_trace_piece = 0) {
   const DecodeDeviceFacts device = current_decode_device_facts();
   check_mla_decode_args(params, device);
   if (params.batch == 0) return;
@@ -372,6 +372,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   args.params = params;
   args.timeline = timeline;
   args.pair_trace = pair_trace;
+  args.pair_trace_piece = pair_trace_piece;
   args.shape =
       decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
   args.heads_per_kv = params.num_heads_q / params.num_heads_kv;
@@ -544,13 +545,21 @@ bool decode_pair_trace_applies(const MlaDecodeParams& params) {
   return runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs);
 }
 
+int64_t decode_pair_trace_words(const MlaDecodeParams& params) {
+  return decode_grid_ctas(decode_launch_shape(params.seqlen_q, params.num_heads_q,
+                                              params.num_heads_kv, params.num_sms),
+                          params.num_heads_kv) *
+         kDecodePairTraceWords;
+}
+
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
-                                       cudaStream_t stream) {
-  require(trace != nullptr, "pair trace is null (allocate kDecodePairTraceWords uint64)");
+                                       cudaStream_t stream, int piece) {
+  require(trace != nullptr, "pair trace is null (allocate decode_pair_trace_words() uint64)");
+  require(piece >= 0, fmt::format("pair trace: piece {} is negative", piece));
   require(decode_pair_trace_applies(params),
           "the pair trace records kFast's seesaw pairs order only (more than 16 query rows per kv "
           "head, schedule seesaw_pairs, launched combine)");
-  launch_decode(params, nullptr, trace, stream);
+  launch_decode(params, nullptr, trace, stream, piece);
 }
 
 }  // namespace mla::kernels
