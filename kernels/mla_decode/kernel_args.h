@@ -45,7 +45,8 @@ struct DecodeKernelArgs {
   bool tile_major_grid = false;
   // kFast's seesaw pairs order: the cache as a 5-D map {64 columns, 64 tokens, 9 column blocks,
   // num_pages, h_kv} (the blocks' stride 128 bytes), a box of 4 column blocks: one copy fills
-  // four consecutive 8 KB blocks of a stage (a half of a page without its rope block).
+  // four consecutive 8 KB blocks of a stage (a half of a page without its rope block). Made only
+  // for a launch that runs the pairs order.
   CUtensorMap kv_half_tensor_map = {};
 };
 

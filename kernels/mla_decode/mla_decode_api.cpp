@@ -414,8 +414,15 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     spec.box[2] = 1;
     spec.box[3] = 1;
     args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
-    // The same cache with the columns split into 64-column blocks, a box of four of them.
-    cuda::TensorMapBf16Spec half = spec;
+  }
+  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
+  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
+  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
+  if (args.shape.rows_per_tile == 64 && schedule == MlaDecodeSchedule::kSeesawPairs) {
+    // The pairs order's halves: the cache with the columns split into 64-column blocks, a box of
+    // four of them (only the pairs order reads it).
+    cuda::TensorMapBf16Spec half;
+    half.base = params.kv_cache;
     half.rank = 5;
     half.dims[0] = 64;
     half.dims[1] = kPageSize;
@@ -433,9 +440,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     half.box[4] = 1;
     args.kv_half_tensor_map = cuda::make_tensor_map_bf16(half);
   }
-  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
-  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
-  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
   cuda::TensorMapBf16Spec q_spec;
   args.query_by_tma = args.shape.rows_per_tile == 64 && schedule != MlaDecodeSchedule::kLockstep &&
                       query_tma_from_environment() &&

@@ -221,6 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (tid == 0) {
     tma::prefetch_tensor_map(&args.kv_tensor_map);
+    if constexpr (kPairs) tma::prefetch_tensor_map(&args.kv_half_tensor_map);
     if (args.query_by_tma) tma::prefetch_tensor_map(&args.q_tensor_map);
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }

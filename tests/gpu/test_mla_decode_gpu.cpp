@@ -518,9 +518,11 @@ TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
 
 TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   MLA_REQUIRE_SM90_GPU();
-  // The same problem through padded q rows (NaN in the padding) and a padded output: strides are
-  // honoured, by the query tiles' TMA map too (h_q 16 · s_q 2: 4 positions per box, two of them
-  // past s_q; 128 · 1: 64 heads; 32 · 3: two tiles, the second half past s_q).
+  // The same problem through padded q rows (NaN in the padding), a padded cache (token rows and
+  // pages, NaN in the padding) and a padded output: strides are honoured, by the query tiles' TMA
+  // map too (h_q 16 · s_q 2: 4 positions per box, two of them past s_q; 128 · 1: 64 heads; 32 · 3:
+  // two tiles, the second half past s_q), and by the cache's maps (the pairs order's half-page
+  // map included: 128 · 1 with a kFast choice runs it, the schedule forced below).
   struct Case {
     int heads, seqlen_q;
   };
@@ -551,6 +553,24 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
     params.out_head_stride = 512 + kPadOut;
     params.out_seq_stride = params.out_head_stride * spec.num_heads_q;
     params.out_batch_stride = params.out_seq_stride * spec.seqlen_q;
+    // The cache ([pages, 64 tokens, h_kv = 1, 576]) with 64 padding elements after each token row
+    // and 8 padding rows after each page.
+    ASSERT_EQ(spec.num_heads_kv, 1);
+    constexpr int kTokenStride = 576 + 64, kPageStride = (64 + 8) * kTokenStride;
+    std::vector<bf16> kv_padded(size_t(problem.num_pages) * kPageStride, float_to_bf16(NAN));
+    for (int page = 0; page < problem.num_pages; ++page)
+      for (int t = 0; t < 64; ++t)
+        std::memcpy(&kv_padded[size_t(page) * kPageStride + size_t(t) * kTokenStride],
+                    &problem.kv_cache[(size_t(page) * 64 + t) * 576], 576 * sizeof(bf16));
+    cuda::DeviceBuffer<bf16> kv(kv_padded.size());
+    kv.copy_from_host(kv_padded);
+    params.kv_cache = kv.data();
+    params.kv_token_stride = kTokenStride;
+    params.kv_head_stride = kTokenStride;  // one kv head: any stride the checks accept
+    params.kv_page_stride = kPageStride;
+    if (params.kernel == MlaDecodeKernel::kFast && params.combine == MlaDecodeCombine::kLaunched &&
+        spec.num_heads_q * spec.seqlen_q > 16)
+      params.schedule = MlaDecodeSchedule::kSeesawPairs;
     kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
     kernels::launch_mla_decode(params, nullptr);
     const std::vector<bf16> out_padded = out.to_host();
