@@ -397,47 +397,40 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       grid_ctas, params.num_sms, device.num_sms));
   const bool fused_combine =
       all_resident && resolved_decode_combine(params) == MlaDecodeCombine::kFused;
-  {
-    // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
-    cuda::TensorMapBf16Spec spec;
-    spec.base = params.kv_cache;
-    spec.rank = 4;
-    spec.dims[0] = kHeadDimQK;
-    spec.dims[1] = kPageSize;
-    spec.dims[2] = static_cast<uint64_t>(params.num_pages);
-    spec.dims[3] = static_cast<uint64_t>(params.num_heads_kv);
-    spec.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
-    spec.strides_bytes[1] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
-    spec.strides_bytes[2] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
-    spec.box[0] = 64;
-    spec.box[1] = kPageSize;
-    spec.box[2] = 1;
-    spec.box[3] = 1;
-    args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
-  }
+  // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
+  cuda::TensorMapBf16Spec kv_spec;
+  kv_spec.base = params.kv_cache;
+  kv_spec.rank = 4;
+  kv_spec.dims[0] = kHeadDimQK;
+  kv_spec.dims[1] = kPageSize;
+  kv_spec.dims[2] = static_cast<uint64_t>(params.num_pages);
+  kv_spec.dims[3] = static_cast<uint64_t>(params.num_heads_kv);
+  kv_spec.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
+  kv_spec.strides_bytes[1] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
+  kv_spec.strides_bytes[2] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
+  kv_spec.box[0] = 64;
+  kv_spec.box[1] = kPageSize;
+  kv_spec.box[2] = 1;
+  kv_spec.box[3] = 1;
+  args.kv_tensor_map = cuda::make_tensor_map_bf16(kv_spec);
   // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
   // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
   const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
-  if (args.shape.rows_per_tile == 64 && schedule == MlaDecodeSchedule::kSeesawPairs) {
-    // The pairs order's halves: the cache with the columns split into 64-column blocks, a box of
-    // four of them (only the pairs order reads it).
-    cuda::TensorMapBf16Spec half;
-    half.base = params.kv_cache;
+  if (args.shape.rows_per_tile != 16 && schedule == MlaDecodeSchedule::kSeesawPairs) {
+    // The pairs order's halves (it runs 32- and 64-row tiles; nothing else reads this map): the
+    // same cache with the columns split into 64-column blocks, a box of four of them, the blocks'
+    // dimension (stride 128 B) inserted after the tokens, pages and heads moved up one.
+    cuda::TensorMapBf16Spec half = kv_spec;
     half.rank = 5;
+    for (int d = 4; d >= 3; --d) {
+      half.dims[d] = kv_spec.dims[d - 1];
+      half.strides_bytes[d - 1] = kv_spec.strides_bytes[d - 2];
+      half.box[d] = kv_spec.box[d - 1];
+    }
     half.dims[0] = 64;
-    half.dims[1] = kPageSize;
     half.dims[2] = kHeadDimQK / 64;
-    half.dims[3] = static_cast<uint64_t>(params.num_pages);
-    half.dims[4] = static_cast<uint64_t>(params.num_heads_kv);
-    half.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
     half.strides_bytes[1] = 64 * sizeof(bf16);
-    half.strides_bytes[2] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
-    half.strides_bytes[3] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
-    half.box[0] = 64;
-    half.box[1] = kPageSize;
     half.box[2] = 4;
-    half.box[3] = 1;
-    half.box[4] = 1;
     args.kv_half_tensor_map = cuda::make_tensor_map_bf16(half);
   }
   cuda::TensorMapBf16Spec q_spec;
