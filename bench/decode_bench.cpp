@@ -367,8 +367,8 @@ std::vector<DecodeBenchRow> run_decode_bench(const DecodeBenchOptions& options,
       const int sm_clock_khz = cuda::current_device_info().sm_clock_khz;
       for (size_t k = 0; k < variants.size(); ++k) {
         if (!kernels::decode_pair_trace_applies(variants[k])) continue;
-        const DecodePairTrace trace =
-            capture_decode_pair_trace(variants[k], std::min(options.runs, 10), stream);
+        const DecodePairTrace trace = capture_decode_pair_trace(
+            variants[k], std::min(options.runs, 10), stream, options.pair_trace_piece);
         options.pair_trace_sink(format_decode_pair_trace(
             trace,
             fmt::format("{} b={} s_q={} h_q={} s_k={}", names[k], config.batch, config.seqlen_q,

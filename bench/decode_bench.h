@@ -72,8 +72,10 @@ struct DecodeBenchOptions {
   // (kernels::decode_timeline_applies()) also gets one (decode_timeline.h), handed over as text.
   std::function<void(const std::string&)> timeline_sink;
   // Set: after each row's medians, every kFast variant that runs the seesaw pairs order also gets
-  // a per-pair trace (decode_pair_trace.h), handed over as text.
+  // a per-pair trace (decode_pair_trace.h) of each CTA's piece number pair_trace_piece, handed over
+  // as text.
   std::function<void(const std::string&)> pair_trace_sink;
+  int pair_trace_piece = 0;
 };
 
 struct FlashMlaReference {

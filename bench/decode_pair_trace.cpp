@@ -49,21 +49,44 @@ DecodePairTrace summarize_run(const std::vector<uint64_t>& t) {
 }  // namespace
 
 DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params, int runs,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, int piece) {
   MLA_CHECK_GE(runs, 1);
-  cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
+  const int64_t words = kernels::decode_pair_trace_words(params);
+  const int64_t ctas = words / kernels::kDecodePairTraceWords;
+  cuda::DeviceBuffer<uint64_t> trace(static_cast<size_t>(words));
   L2Flush flush;
-  std::vector<DecodePairTrace> per_run;
+  std::vector<DecodePairTrace> per_cta_run;  // every CTA with a complete pair, every run
+  std::vector<double> recording, first_cta_periods;
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.bytes(), stream));
     flush.enqueue(stream, size_t(run));
-    kernels::launch_mla_decode_with_pair_trace(params, trace.data(), stream);
-    per_run.push_back(summarize_run(trace.to_host(stream)));
+    kernels::launch_mla_decode_with_pair_trace(params, trace.data(), stream, piece);
+    const std::vector<uint64_t> all = trace.to_host(stream);
+    int recorded = 0;
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const auto first = all.begin() + cta * kernels::kDecodePairTraceWords;
+      const DecodePairTrace one =
+          summarize_run(std::vector<uint64_t>(first, first + kernels::kDecodePairTraceWords));
+      if (one.pairs == 0) continue;
+      ++recorded;
+      per_cta_run.push_back(one);
+      if (cta == 0) first_cta_periods.push_back(one.period_cycles);
+    }
+    recording.push_back(recorded);
   }
-  DecodePairTrace result = per_run.front();
-  auto median_of = [&](const auto& get) { return median_over(per_run, get); };
+  DecodePairTrace result;
+  result.piece = piece;
+  result.ctas = static_cast<int>(median(recording));
+  if (per_cta_run.empty()) return result;
+  auto median_of = [&](const auto& get) { return median_over(per_cta_run, get); };
   result.pairs = static_cast<int>(median_of([](const DecodePairTrace& r) { return r.pairs; }));
-  result.period_cycles = median_of([](const DecodePairTrace& r) { return r.period_cycles; });
+  std::vector<double> periods;
+  for (const DecodePairTrace& r : per_cta_run) periods.push_back(r.period_cycles);
+  std::sort(periods.begin(), periods.end());
+  result.period_cycles = median(periods);
+  result.period_p10_cycles = periods[periods.size() / 10];
+  result.period_p90_cycles = periods[periods.size() * 9 / 10];
+  if (!first_cta_periods.empty()) result.first_cta_period_cycles = median(first_cta_periods);
   for (int group = 0; group < 2; ++group)
     for (int event = 0; event < kEvents; ++event)
       result.event_cycles[group][event] =
@@ -74,13 +97,18 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
 std::string format_decode_pair_trace(const DecodePairTrace& trace, const std::string& label,
                                      int sm_clock_khz) {
   const double cycles_per_us = sm_clock_khz * 1e-3;
+  if (trace.ctas == 0)
+    return fmt::format("pair trace, {}: no CTA has a complete pair in its piece {}\n", label,
+                       trace.piece);
   std::string text = fmt::format(
-      "pair trace, {} (CTA (0, 0), first piece, {} pairs; cycles after warpgroup 0's pair start, "
-      "µs at {} MHz): one pair every {:.0f} cycles ({:.2f} µs); its tensor work at the peak "
-      "(2 pages × 36 m64n64k16 + 8 m64n256k16 ≈ 4,352 cycles) would take {:.0f} %\n",
-      label, trace.pairs, sm_clock_khz / 1000, trace.period_cycles,
-      trace.period_cycles / cycles_per_us,
-      trace.period_cycles > 0 ? 100.0 * 4352 / trace.period_cycles : 0.0);
+      "pair trace, {} (piece {} of each CTA: {} CTAs with complete pairs, {} pairs each; medians "
+      "over the CTAs and runs; cycles after warpgroup 0's pair start, µs at {} MHz): one pair "
+      "every {:.0f} cycles ({:.2f} µs; over the CTAs p10 {:.0f}, p90 {:.0f}; CTA (0, 0) {:.0f}); "
+      "its tensor work at the peak (2 pages × 36 m64n64k16 + 8 m64n256k16 ≈ 4,352 cycles) would "
+      "take {:.0f} %\n",
+      label, trace.piece, trace.ctas, trace.pairs, sm_clock_khz / 1000, trace.period_cycles,
+      trace.period_cycles / cycles_per_us, trace.period_p10_cycles, trace.period_p90_cycles,
+      trace.first_cta_period_cycles, 100.0 * 4352 / trace.period_cycles);
   struct Line {
     double cycles;
     int group, event;

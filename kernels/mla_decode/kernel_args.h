@@ -27,9 +27,11 @@ struct DecodeKernelArgs {
   // (ns) then kTimelineSlots clock64 stamps; the 16-row body and kFast's seesaw (pairs or P·V
   // first, launched combine) record. Null otherwise.
   uint64_t* timeline = nullptr;
-  // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values; only the
-  // seesaw's traced pairs instantiation records. Null otherwise.
+  // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values per CTA,
+  // of its piece number pair_trace_piece; only the seesaw's traced pairs instantiation records.
+  // Null otherwise.
   uint64_t* pair_trace = nullptr;
+  int pair_trace_piece = 0;
   // kFast's seesaw: the query tile by the TMA engine (query_tile_tma_applies()) instead of 18
   // cp.async per thread. The queries as a 5-D map {576, h_q / h_kv, h_kv, s_q, b}, a box of 64
   // columns × 64 rows (min(h_q / h_kv, 64) heads × as many query positions as make 64 rows), the
@@ -43,7 +45,8 @@ struct DecodeKernelArgs {
   bool tile_major_grid = false;
   // kFast's seesaw pairs order: the cache as a 5-D map {64 columns, 64 tokens, 9 column blocks,
   // num_pages, h_kv} (the blocks' stride 128 bytes), a box of 4 column blocks: one copy fills
-  // four consecutive 8 KB blocks of a stage (a half of a page without its rope block).
+  // four consecutive 8 KB blocks of a stage (a half of a page without its rope block). Made only
+  // for a launch that runs the pairs order.
   CUtensorMap kv_half_tensor_map = {};
 };
 

@@ -364,7 +364,7 @@ namespace {
 
 // timeline / pair_trace: the diagnostics' buffers (null for a plain launch).
 void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* pair_trace,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, int pair_trace_piece = 0) {
   const DecodeDeviceFacts device = current_decode_device_facts();
   check_mla_decode_args(params, device);
   if (params.batch == 0) return;
@@ -372,6 +372,7 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   args.params = params;
   args.timeline = timeline;
   args.pair_trace = pair_trace;
+  args.pair_trace_piece = pair_trace_piece;
   args.shape =
       decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms);
   args.heads_per_kv = params.num_heads_q / params.num_heads_kv;
@@ -396,31 +397,35 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
                       grid_ctas, params.num_sms, device.num_sms));
   const bool fused_combine =
       all_resident && resolved_decode_combine(params) == MlaDecodeCombine::kFused;
-  {
-    // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
-    cuda::TensorMapBf16Spec spec;
-    spec.base = params.kv_cache;
-    spec.rank = 4;
-    spec.dims[0] = kHeadDimQK;
-    spec.dims[1] = kPageSize;
-    spec.dims[2] = static_cast<uint64_t>(params.num_pages);
-    spec.dims[3] = static_cast<uint64_t>(params.num_heads_kv);
-    spec.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
-    spec.strides_bytes[1] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
-    spec.strides_bytes[2] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
-    spec.box[0] = 64;
-    spec.box[1] = kPageSize;
-    spec.box[2] = 1;
-    spec.box[3] = 1;
-    args.kv_tensor_map = cuda::make_tensor_map_bf16(spec);
-    // The same cache with the columns split into 64-column blocks, a box of four of them: the
-    // blocks' dimension (stride 128 B) inserted after the tokens, pages and heads moved up one.
-    cuda::TensorMapBf16Spec half = spec;
+  // The cache as {576 columns, 64 tokens, pages, kv heads}; one box is a 64 × 64 column block.
+  cuda::TensorMapBf16Spec kv_spec;
+  kv_spec.base = params.kv_cache;
+  kv_spec.rank = 4;
+  kv_spec.dims[0] = kHeadDimQK;
+  kv_spec.dims[1] = kPageSize;
+  kv_spec.dims[2] = static_cast<uint64_t>(params.num_pages);
+  kv_spec.dims[3] = static_cast<uint64_t>(params.num_heads_kv);
+  kv_spec.strides_bytes[0] = static_cast<uint64_t>(params.kv_token_stride) * sizeof(bf16);
+  kv_spec.strides_bytes[1] = static_cast<uint64_t>(params.kv_page_stride) * sizeof(bf16);
+  kv_spec.strides_bytes[2] = static_cast<uint64_t>(params.kv_head_stride) * sizeof(bf16);
+  kv_spec.box[0] = 64;
+  kv_spec.box[1] = kPageSize;
+  kv_spec.box[2] = 1;
+  kv_spec.box[3] = 1;
+  args.kv_tensor_map = cuda::make_tensor_map_bf16(kv_spec);
+  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
+  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
+  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
+  if (args.shape.rows_per_tile != 16 && schedule == MlaDecodeSchedule::kSeesawPairs) {
+    // The pairs order's halves (it runs 32- and 64-row tiles; nothing else reads this map): the
+    // same cache with the columns split into 64-column blocks, a box of four of them, the blocks'
+    // dimension (stride 128 B) inserted after the tokens, pages and heads moved up one.
+    cuda::TensorMapBf16Spec half = kv_spec;
     half.rank = 5;
     for (int d = 4; d >= 3; --d) {
-      half.dims[d] = spec.dims[d - 1];
-      half.strides_bytes[d - 1] = spec.strides_bytes[d - 2];
-      half.box[d] = spec.box[d - 1];
+      half.dims[d] = kv_spec.dims[d - 1];
+      half.strides_bytes[d - 1] = kv_spec.strides_bytes[d - 2];
+      half.box[d] = kv_spec.box[d - 1];
     }
     half.dims[0] = 64;
     half.dims[2] = kHeadDimQK / 64;
@@ -428,9 +433,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     half.box[2] = 4;
     args.kv_half_tensor_map = cuda::make_tensor_map_bf16(half);
   }
-  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
-  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
-  const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
   cuda::TensorMapBf16Spec q_spec;
   args.query_by_tma = args.shape.rows_per_tile == 64 && schedule != MlaDecodeSchedule::kLockstep &&
                       query_tma_from_environment() &&
@@ -540,13 +542,21 @@ bool decode_pair_trace_applies(const MlaDecodeParams& params) {
   return runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs);
 }
 
+int64_t decode_pair_trace_words(const MlaDecodeParams& params) {
+  return decode_grid_ctas(decode_launch_shape(params.seqlen_q, params.num_heads_q,
+                                              params.num_heads_kv, params.num_sms),
+                          params.num_heads_kv) *
+         kDecodePairTraceWords;
+}
+
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
-                                       cudaStream_t stream) {
-  require(trace != nullptr, "pair trace is null (allocate kDecodePairTraceWords uint64)");
+                                       cudaStream_t stream, int piece) {
+  require(trace != nullptr, "pair trace is null (allocate decode_pair_trace_words() uint64)");
+  require(piece >= 0, fmt::format("pair trace: piece {} is negative", piece));
   require(decode_pair_trace_applies(params),
           "the pair trace records kFast's seesaw pairs order only (more than 16 query rows per kv "
           "head, schedule seesaw_pairs, launched combine)");
-  launch_decode(params, nullptr, trace, stream);
+  launch_decode(params, nullptr, trace, stream, piece);
 }
 
 }  // namespace mla::kernels

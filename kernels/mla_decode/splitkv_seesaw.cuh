@@ -221,6 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (tid == 0) {
     tma::prefetch_tensor_map(&args.kv_tensor_map);
+    if constexpr (kPairs) tma::prefetch_tensor_map(&args.kv_half_tensor_map);
     if (args.query_by_tma) tma::prefetch_tensor_map(&args.q_tensor_map);
     smem.pending.count = 0;  // the fused combine's split pieces (read after a __syncthreads())
   }
@@ -648,14 +649,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::commit_group();
       };
 
-      // kTrace: this warpgroup's event `event` of pair i (CTA (0, 0), its first piece), the
-      // clock stored by the warpgroup's first thread into shared memory through a predicated
-      // store (no branch: the wgmma pipeline stays the production one), and written to
-      // args.pair_trace as clock64 values after the piece. The events are named by
-      // decode_pair_trace_event().
-      // The clock is read after a shared load, so that a stamp after a barrier is its release,
-      // not the warp's arrival (clock64_after_shared_load).
-      const bool trace_piece = kTrace && base == 0 && part == 0 && tile_index == 0;
+      // kTrace: this warpgroup's event `event` of pair i (every CTA, its piece number
+      // args.pair_trace_piece), the clock stored by the warpgroup's first thread into shared
+      // memory through a predicated store (no branch: the wgmma pipeline stays the production
+      // one), and written to the CTA's words of args.pair_trace as clock64 values after the piece.
+      // The events are named by decode_pair_trace_event(). The clock is read after a shared load,
+      // so that a stamp after a barrier is its release, not the warp's arrival
+      // (clock64_after_shared_load).
+      const bool trace_piece = kTrace && pieces_before == uint32_t(args.pair_trace_piece);
       const bool trace_thread = trace_piece && tid_in_group == 0;
       // This warpgroup's stamps (kPairTraceSmemBytes past the storage) and its words of
       // args.pair_trace, both [pair][event].
@@ -784,7 +785,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (trace_thread) {
 #pragma unroll 1
           for (int k = 0; k < kTraceWords; ++k) {
-            args.pair_trace[group * kTraceWords + k] =
+            args.pair_trace[(blockIdx.y * gridDim.x + blockIdx.x) * kDecodePairTraceWords +
+                            group * kTraceWords + k] =
                 trace_stamps[k] == 0 ? 0 : trace_origin + trace_stamps[k] - 1;
           }
         }

@@ -267,6 +267,24 @@ TEST(MlaDecodeArgs, WhichLaunchesTheDiagnosticsRecord) {
   }
 }
 
+// The pair trace holds kDecodePairTraceWords per CTA of the grid (the timeline's CTA count), and a
+// negative piece is refused before anything runs.
+TEST(MlaDecodeArgs, PairTraceSizeAndPiece) {
+  MlaDecodeParams p = valid_params();  // s_q = 2
+  p.kernel = MlaDecodeKernel::kFast;
+  p.num_heads_q = 128;
+  p.schedule = MlaDecodeSchedule::kSeesawPairs;
+  p.combine = MlaDecodeCombine::kLaunched;
+  for (int sms : {1, 8, 132}) {
+    p.num_sms = sms;
+    const int64_t ctas = mla_decode_timeline_words(p) / (2 * kDecodeTimelineSlots + 1);
+    EXPECT_GE(ctas, 1);
+    EXPECT_EQ(decode_pair_trace_words(p), ctas * kDecodePairTraceWords) << "num_sms " << sms;
+  }
+  uint64_t word = 0;
+  EXPECT_THROW(launch_mla_decode_with_pair_trace(p, &word, nullptr, -1), Error);
+}
+
 TEST(MlaDecodeArgs, WorkspaceRegionsAreDisjointAndAligned) {
   // plan | kFast's combine counters (b · h_kv · row tiles int32) | partial lse | partial out.
   struct Shape {

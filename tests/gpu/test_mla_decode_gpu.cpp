@@ -518,9 +518,11 @@ TEST_P(MlaDecodeGpu, CudaGraphReplayWithChangingSeqlens) {
 
 TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   MLA_REQUIRE_SM90_GPU();
-  // The same problem through padded q rows (NaN in the padding) and a padded output: strides are
-  // honoured, by the query tiles' TMA map too (h_q 16 · s_q 2: 4 positions per box, two of them
-  // past s_q; 128 · 1: 64 heads; 32 · 3: two tiles, the second half past s_q).
+  // The same problem through padded q rows (NaN in the padding), a padded cache (token rows and
+  // pages, NaN in the padding) and a padded output: strides are honoured, by the query tiles' TMA
+  // map too (h_q 16 · s_q 2: 4 positions per box, two of them past s_q; 128 · 1: 64 heads; 32 · 3:
+  // two tiles, the second half past s_q), and by the cache's maps (the pairs order's half-page
+  // map included: 128 · 1 with a kFast choice runs it, the schedule forced below).
   struct Case {
     int heads, seqlen_q;
   };
@@ -551,6 +553,24 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
     params.out_head_stride = 512 + kPadOut;
     params.out_seq_stride = params.out_head_stride * spec.num_heads_q;
     params.out_batch_stride = params.out_seq_stride * spec.seqlen_q;
+    // The cache ([pages, 64 tokens, h_kv = 1, 576]) with 64 padding elements after each token row
+    // and 8 padding rows after each page.
+    ASSERT_EQ(spec.num_heads_kv, 1);
+    constexpr int kTokenStride = 576 + 64, kPageStride = (64 + 8) * kTokenStride;
+    std::vector<bf16> kv_padded(size_t(problem.num_pages) * kPageStride, float_to_bf16(NAN));
+    for (int page = 0; page < problem.num_pages; ++page)
+      for (int t = 0; t < 64; ++t)
+        std::memcpy(&kv_padded[size_t(page) * kPageStride + size_t(t) * kTokenStride],
+                    &problem.kv_cache[(size_t(page) * 64 + t) * 576], 576 * sizeof(bf16));
+    cuda::DeviceBuffer<bf16> kv(kv_padded.size());
+    kv.copy_from_host(kv_padded);
+    params.kv_cache = kv.data();
+    params.kv_token_stride = kTokenStride;
+    params.kv_head_stride = kTokenStride;  // one kv head: any stride the checks accept
+    params.kv_page_stride = kPageStride;
+    if (params.kernel == MlaDecodeKernel::kFast && params.combine == MlaDecodeCombine::kLaunched &&
+        spec.num_heads_q * spec.seqlen_q > 16)
+      params.schedule = MlaDecodeSchedule::kSeesawPairs;
     kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
     kernels::launch_mla_decode(params, nullptr);
     const std::vector<bf16> out_padded = out.to_host();
@@ -689,10 +709,10 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return name_of(info.param); });
 
 }  // namespace
-// The pairs order's trace: the same output as the production kernel, and for every pair CTA
-// (0, 0) recorded, each warpgroup's events in the order its code reaches them, pairs one after
-// another, and each cross-warpgroup wait ending after what it waits for. A launch that does not
-// run the pairs order is refused.
+// The pairs order's trace: the same output as the production kernel, and for every pair each CTA
+// recorded (of its first piece, then of its second), each warpgroup's events in the order its code
+// reaches them, pairs one after another, and each cross-warpgroup wait ending after what it waits
+// for. A launch that does not run the pairs order is refused.
 TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
   MLA_REQUIRE_SM90_GPU();
   ref::PagedDecodeProblemSpec spec;
@@ -704,52 +724,78 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
   const KernelChoice pairs{MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched,
                            MlaDecodeSchedule::kSeesawPairs};
   const bench::DecodeOutputs want = run_decode(gpu, pairs);
-  cuda::DeviceBuffer<uint64_t> trace(kernels::kDecodePairTraceWords);
-  MLA_CUDA_CHECK(cudaMemset(trace.data(), 0, trace.bytes()));
-  const bench::DecodeOutputs got = run_decode(gpu, pairs, nullptr, trace.data());
-  EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
-      << "the traced instantiation's output differs";
-  EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)));
-
-  const std::vector<uint64_t> t = trace.to_host();
+  const int64_t words = kernels::decode_pair_trace_words(params_of(gpu, pairs));
+  const int64_t ctas = words / kernels::kDecodePairTraceWords;
+  ASSERT_EQ(words, ctas * kernels::kDecodePairTraceWords);
+  cuda::DeviceBuffer<uint64_t> trace(static_cast<size_t>(words));
   constexpr int kPairs = kernels::kDecodePairTracePairs, kEvents = kernels::kDecodePairTraceEvents;
-  auto at = [&](int group, int pair, int event) {
-    return t[(size_t(group) * kPairs + pair) * kEvents + event];
+
+  // Checks the complete pairs CTA `cta` recorded; returns how many there are.
+  auto check_cta = [&](const std::vector<uint64_t>& t, int64_t cta, int piece) {
+    auto at = [&](int group, int pair, int event) {
+      return t[cta * kernels::kDecodePairTraceWords + (size_t(group) * kPairs + pair) * kEvents +
+               event];
+    };
+    int full_pairs = 0;
+    for (int pair = 0; pair < kPairs; ++pair) {
+      bool full = true;
+      for (int group = 0; group < 2; ++group)
+        for (int event = 0; event < kEvents; ++event) full = full && at(group, pair, event) != 0;
+      if (!full) continue;
+      ++full_pairs;
+      const std::string where = fmt::format("CTA {}, piece {}, pair {}", cta, piece, pair);
+      for (int group = 0; group < 2; ++group) {
+        for (int event = 1; event < kEvents; ++event) {
+          EXPECT_GE(at(group, pair, event), at(group, pair, event - 1))
+              << where << ", warpgroup " << group << ", event " << event;
+        }
+        if (pair > 0 && at(group, pair - 1, kEvents - 1) != 0) {
+          EXPECT_GE(at(group, pair, 0), at(group, pair - 1, kEvents - 1))
+              << where << ", warpgroup " << group;
+        }
+      }
+      // A receiver's stamp after a barrier follows the publisher's last stamp before its
+      // arrival: {receiver, its event, publisher, the publisher's event}. (Stamps after a barrier
+      // read the clock after a shared load: a plain read there returned the warp's arrival, and
+      // checks like these failed by up to ~1,000 cycles on the H200, 2026-12-02.)
+      constexpr int kWaits[4][4] = {
+          {1, 2, 0, 2},     // past the S-issued barrier after S_a issued
+          {1, 4, 0, 4},     // P_a received after it was exponentiated
+          {0, 10, 1, 7},    // P_b received after it was exponentiated
+          {1, 12, 0, 11}};  // P_b·V after warpgroup 0's (its last stamp before its arrival)
+      for (const auto& wait : kWaits) {
+        EXPECT_GE(at(wait[0], pair, wait[1]), at(wait[2], pair, wait[3]))
+            << where << ": warpgroup " << wait[0] << "'s "
+            << kernels::decode_pair_trace_event(wait[0], wait[1]) << " came before warpgroup "
+            << wait[2] << "'s " << kernels::decode_pair_trace_event(wait[2], wait[3]);
+      }
+    }
+    return full_pairs;
   };
-  int full_pairs = 0;
-  for (int pair = 0; pair < kPairs; ++pair) {
-    bool full = true;
-    for (int group = 0; group < 2; ++group)
-      for (int event = 0; event < kEvents; ++event) full = full && at(group, pair, event) != 0;
-    if (!full) continue;
-    ++full_pairs;
-    for (int group = 0; group < 2; ++group) {
-      for (int event = 1; event < kEvents; ++event) {
-        EXPECT_GE(at(group, pair, event), at(group, pair, event - 1))
-            << "warpgroup " << group << ", pair " << pair << ", event " << event;
-      }
-      if (pair > 0 && at(group, pair - 1, kEvents - 1) != 0) {
-        EXPECT_GE(at(group, pair, 0), at(group, pair - 1, kEvents - 1))
-            << "warpgroup " << group << ", pair " << pair;
-      }
+
+  // Every CTA's first piece, then every CTA's second: the same output as production each time.
+  int first_cta_pairs = 0;
+  for (int piece = 0; piece < 2; ++piece) {
+    MLA_CUDA_CHECK(cudaMemset(trace.data(), 0, trace.bytes()));
+    gpu.poison_outputs(nullptr);
+    kernels::launch_mla_decode_plan(gpu.plan_params(), nullptr);
+    kernels::launch_mla_decode_with_pair_trace(params_of(gpu, pairs), trace.data(), nullptr, piece);
+    const bench::DecodeOutputs got = gpu.fetch(nullptr);
+    EXPECT_EQ(0, std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)))
+        << "the traced instantiation's output differs (piece " << piece << ")";
+    EXPECT_EQ(0, std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * sizeof(float)));
+    const std::vector<uint64_t> t = trace.to_host();
+    int recording = 0;
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const int full_pairs = check_cta(t, cta, piece);
+      recording += full_pairs > 0;
+      if (piece == 0 && cta == 0) first_cta_pairs = full_pairs;
     }
-    // A receiver's stamp after a barrier follows the publisher's last stamp before its arrival:
-    // {receiver, its event, publisher, the publisher's event}. (Stamps after a barrier read the
-    // clock after a shared load: a plain read there returned the warp's arrival, and checks like
-    // these failed by up to ~1,000 cycles on the H200, 2026-12-02.)
-    constexpr int kWaits[4][4] = {
-        {1, 2, 0, 2},     // past the S-issued barrier after S_a issued
-        {1, 4, 0, 4},     // P_a received after it was exponentiated
-        {0, 10, 1, 7},    // P_b received after it was exponentiated
-        {1, 12, 0, 11}};  // P_b·V after warpgroup 0's (its last stamp before its arrival)
-    for (const auto& wait : kWaits) {
-      EXPECT_GE(at(wait[0], pair, wait[1]), at(wait[2], pair, wait[3]))
-          << "warpgroup " << wait[0] << "'s " << kernels::decode_pair_trace_event(wait[0], wait[1])
-          << " came before warpgroup " << wait[2] << "'s "
-          << kernels::decode_pair_trace_event(wait[2], wait[3]) << ", pair " << pair;
-    }
+    // Three sequences over 8 SMs' parts: some CTA's part spans a sequence boundary, so a second
+    // piece with a complete pair exists.
+    EXPECT_GE(recording, 1) << "no CTA recorded a complete pair of its piece " << piece;
   }
-  EXPECT_GE(full_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
+  EXPECT_GE(first_cta_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
   for (int group = 0; group < 2; ++group)
     for (int event = 0; event < kEvents; ++event)
       EXPECT_FALSE(std::string(kernels::decode_pair_trace_event(group, event)).empty());

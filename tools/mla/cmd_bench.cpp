@@ -31,6 +31,7 @@ struct BenchDecodeOptions {
   std::string only;  // "b,s_q,h_q,s_k" (s_k 0 = varlen)
   bool timeline = false;
   bool pair_trace = false;
+  int pair_trace_piece = 0;
   bool flashmla_same_run = false;
   int page_pool = 0;
 };
@@ -98,6 +99,7 @@ void run_bench_decode(const BenchDecodeOptions& options) {
     bench_options.timeline_sink = [](const std::string& text) { fmt::print("{}", text); };
   if (options.pair_trace)
     bench_options.pair_trace_sink = [](const std::string& text) { fmt::print("{}", text); };
+  bench_options.pair_trace_piece = options.pair_trace_piece;
   if (!options.only.empty()) {
     bench::DecodeBenchCase only;
     if (std::sscanf(options.only.c_str(), "%d,%d,%d,%d", &only.batch, &only.seqlen_q,
@@ -230,7 +232,12 @@ void add_bench_command(CLI::App& app) {
                    "phases take)");
   decode->add_flag("--pair-trace", options->pair_trace,
                    "Also print each fast row's per-pair trace where it runs the seesaw pairs order "
-                   "(when each warpgroup reaches each step of a pair, CTA (0, 0))");
+                   "(when each warpgroup reaches each step of a pair: medians over the CTAs, "
+                   "each CTA's first piece unless --pair-trace-piece)");
+  decode
+      ->add_option("--pair-trace-piece", options->pair_trace_piece,
+                   "With --pair-trace: which piece of each CTA to record (0: its first)")
+      ->check(CLI::NonNegativeNumber);
   decode->add_flag("--flashmla-same-run", options->flashmla_same_run,
                    "Also time DeepSeek FlashMLA's dense sm90 decode in this run, interleaved with "
                    "ours (rows \"flashmla\"; a build with MLA_FLASHMLA_DIR)");

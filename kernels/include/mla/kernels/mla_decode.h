@@ -199,11 +199,14 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
                                      cudaStream_t stream);
 
 // Diagnostics: launch_mla_decode() with kFast's seesaw pairs order recording when each step of a
-// pair happens, for `mla bench decode --pair-trace`. Only CTA (0, 0) records, its first piece's
-// first kDecodePairTracePairs pairs with two pages: `trace` (device memory, kDecodePairTraceWords
-// uint64, zeroed by the caller) receives clock64 values at [(warpgroup · kDecodePairTracePairs +
-// pair) · kDecodePairTraceEvents + event]; an event never reached stays 0. The events, per
-// warpgroup, are named by decode_pair_trace_event(). A separate instantiation of the same body (the
+// pair happens, for `mla bench decode --pair-trace`. Every CTA records the first
+// kDecodePairTracePairs pairs with two pages of its piece number `piece` (0: its first piece; a CTA
+// with fewer pieces records nothing): `trace` (device memory, decode_pair_trace_words(params)
+// uint64, zeroed by the caller) receives CTA c's clock64 values at c · kDecodePairTraceWords +
+// (warpgroup · kDecodePairTracePairs + pair) · kDecodePairTraceEvents + event, c = blockIdx.y ·
+// gridDim.x + blockIdx.x (CTA (0, 0)'s words come first); an event never reached stays 0. Clocks
+// are per SM: compare stamps within a CTA only. The events, per warpgroup, are named by
+// decode_pair_trace_event(). A separate instantiation of the same body (the
 // production kernels are unchanged). Throws mla::Error unless the launch runs the pairs order
 // (kFast, more than 16 rows per kv head, decode_resolved_schedule() kSeesawPairs) with the
 // launched combine.
@@ -213,8 +216,10 @@ inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecode
 const char* decode_pair_trace_event(int warpgroup, int event);
 // Whether a launch with these params runs the pairs order (what the pair trace records).
 bool decode_pair_trace_applies(const MlaDecodeParams& params);
+// The trace's size in uint64 words: kDecodePairTraceWords per CTA of the launch's grid.
+int64_t decode_pair_trace_words(const MlaDecodeParams& params);
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,
-                                       cudaStream_t stream);
+                                       cudaStream_t stream, int piece = 0);
 
 // Where the plan and the partials live inside the workspace (exposed for tests and tools).
 struct DecodeWorkspaceLayout {
