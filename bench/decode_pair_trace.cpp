@@ -46,6 +46,41 @@ DecodePairTrace summarize_run(const std::vector<uint64_t>& t) {
   return run;
 }
 
+// One CTA's pieces in one run, from its piece words (kernels::kDecodePieceTraceFields a piece).
+struct CtaPieces {
+  std::vector<DecodePairTrace::Piece> pieces;  // complete pieces, in order, until the first gap
+  double cycles = 0, pairs_cycles = 0, pairs = 0;
+};
+
+CtaPieces summarize_pieces(const uint64_t* words) {
+  constexpr int kFields = kernels::kDecodePieceTraceFields;
+  CtaPieces cta;
+  uint64_t first_start = 0, last_written = 0;
+  for (int k = 0; k < kernels::kDecodePieceTracePieces; ++k) {
+    const uint64_t* f = words + k * kFields;
+    bool complete = true;
+    for (int e = 0; e < kernels::kDecodePieceTraceEvents; ++e) complete = complete && f[e] != 0;
+    if (!complete) break;
+    DecodePairTrace::Piece piece;
+    piece.ctas = 1;
+    piece.pages = double(f[kernels::kDecodePieceTraceEvents]);
+    piece.queries_cycles = double(f[1]) - double(f[0]);
+    piece.first_page_cycles = double(f[2]) - double(f[0]);
+    piece.pairs_cycles = double(f[3]) - double(f[2]);
+    piece.cycles_per_pair = piece.pairs_cycles / (piece.pages / 2);
+    piece.epilogue_cycles = double(f[4]) - double(f[3]);
+    if (k + 1 < kernels::kDecodePieceTracePieces && f[kFields] != 0)
+      piece.to_next_cycles = double(f[kFields]) - double(f[4]);
+    if (k == 0) first_start = f[0];
+    last_written = f[4];
+    cta.pairs_cycles += piece.pairs_cycles;
+    cta.pairs += piece.pages / 2;
+    cta.pieces.push_back(piece);
+  }
+  if (!cta.pieces.empty()) cta.cycles = double(last_written) - double(first_start);
+  return cta;
+}
+
 }  // namespace
 
 DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params, int runs,
@@ -55,7 +90,8 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
   const int64_t ctas = words / kernels::kDecodePairTraceWords;
   cuda::DeviceBuffer<uint64_t> trace(static_cast<size_t>(words));
   L2Flush flush;
-  std::vector<DecodePairTrace> per_cta_run;  // every CTA with a complete pair, every run
+  std::vector<DecodePairTrace> per_cta_run;   // every CTA with a complete pair, every run
+  std::vector<CtaPieces> pieces_per_cta_run;  // every CTA with a complete piece, every run
   std::vector<double> recording, first_cta_periods;
   for (int run = 0; run < runs; ++run) {
     MLA_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.bytes(), stream));
@@ -65,8 +101,11 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
     int recorded = 0;
     for (int64_t cta = 0; cta < ctas; ++cta) {
       const auto first = all.begin() + cta * kernels::kDecodePairTraceWords;
+      CtaPieces cta_pieces = summarize_pieces(all.data() + cta * kernels::kDecodePairTraceWords +
+                                              kernels::kDecodePairTracePairWords);
+      if (!cta_pieces.pieces.empty()) pieces_per_cta_run.push_back(std::move(cta_pieces));
       const DecodePairTrace one =
-          summarize_run(std::vector<uint64_t>(first, first + kernels::kDecodePairTraceWords));
+          summarize_run(std::vector<uint64_t>(first, first + kernels::kDecodePairTracePairWords));
       if (one.pairs == 0) continue;
       ++recorded;
       per_cta_run.push_back(one);
@@ -77,6 +116,36 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
   DecodePairTrace result;
   result.piece = piece;
   result.ctas = static_cast<int>(median(recording));
+  if (!pieces_per_cta_run.empty()) {
+    auto cta_median = [&](const auto& get) { return median_over(pieces_per_cta_run, get); };
+    result.cta_cycles = cta_median([](const CtaPieces& c) { return c.cycles; });
+    result.cta_pairs_share =
+        cta_median([](const CtaPieces& c) { return c.pairs_cycles / c.cycles; });
+    result.cta_cycles_per_pair =
+        cta_median([](const CtaPieces& c) { return c.pairs_cycles / c.pairs; });
+    result.cta_pieces = cta_median([](const CtaPieces& c) { return double(c.pieces.size()); });
+    for (int k = 0; k < kernels::kDecodePieceTracePieces; ++k) {
+      std::vector<DecodePairTrace::Piece> kth, with_next;
+      for (const CtaPieces& c : pieces_per_cta_run) {
+        if (int(c.pieces.size()) <= k) continue;
+        kth.push_back(c.pieces[size_t(k)]);
+        if (int(c.pieces.size()) > k + 1) with_next.push_back(c.pieces[size_t(k)]);
+      }
+      if (kth.empty()) break;
+      using Piece = DecodePairTrace::Piece;
+      Piece m;
+      m.ctas = static_cast<int>((kth.size() + size_t(runs) - 1) / size_t(runs));
+      m.pages = median_over(kth, [](const Piece& x) { return x.pages; });
+      m.queries_cycles = median_over(kth, [](const Piece& x) { return x.queries_cycles; });
+      m.first_page_cycles = median_over(kth, [](const Piece& x) { return x.first_page_cycles; });
+      m.pairs_cycles = median_over(kth, [](const Piece& x) { return x.pairs_cycles; });
+      m.cycles_per_pair = median_over(kth, [](const Piece& x) { return x.cycles_per_pair; });
+      m.epilogue_cycles = median_over(kth, [](const Piece& x) { return x.epilogue_cycles; });
+      if (!with_next.empty())
+        m.to_next_cycles = median_over(with_next, [](const Piece& x) { return x.to_next_cycles; });
+      result.pieces.push_back(m);
+    }
+  }
   if (per_cta_run.empty()) return result;
   auto median_of = [&](const auto& get) { return median_over(per_cta_run, get); };
   result.pairs = static_cast<int>(median_of([](const DecodePairTrace& r) { return r.pairs; }));
@@ -97,9 +166,29 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
 std::string format_decode_pair_trace(const DecodePairTrace& trace, const std::string& label,
                                      int sm_clock_khz) {
   const double cycles_per_us = sm_clock_khz * 1e-3;
+  std::string pieces_text;
+  if (!trace.pieces.empty()) {
+    pieces_text = fmt::format(
+        "piece trace, {} (every CTA's pieces whole, thread 0; medians over the CTAs and runs, "
+        "cycles): a CTA runs {:.0f} pieces in {:.0f} cycles ({:.1f} µs at {} MHz), {:.1f} % of "
+        "them from a first page landing to a last P·V, at {:.0f} cycles a pair over all its "
+        "pieces\n"
+        "  piece   CTAs  pages  start→queries  start→first page  pairs (a pair)     last P·V→"
+        "written  written→next\n",
+        label, trace.cta_pieces, trace.cta_cycles, trace.cta_cycles / cycles_per_us,
+        sm_clock_khz / 1000, 100.0 * trace.cta_pairs_share, trace.cta_cycles_per_pair);
+    for (size_t k = 0; k < trace.pieces.size(); ++k) {
+      const DecodePairTrace::Piece& p = trace.pieces[k];
+      pieces_text += fmt::format(
+          "  {:>5} {:>6} {:>6.0f} {:>14.0f} {:>17.0f} {:>9.0f} ({:>5.0f}) {:>17.0f} {:>13.0f}\n", k,
+          p.ctas, p.pages, p.queries_cycles, p.first_page_cycles, p.pairs_cycles, p.cycles_per_pair,
+          p.epilogue_cycles, p.to_next_cycles);
+    }
+  }
   if (trace.ctas == 0)
     return fmt::format("pair trace, {}: no CTA has a complete pair in its piece {}\n", label,
-                       trace.piece);
+                       trace.piece) +
+           pieces_text;
   std::string text = fmt::format(
       "pair trace, {} (piece {} of each CTA: {} CTAs with complete pairs, {} pairs each; medians "
       "over the CTAs and runs; cycles after warpgroup 0's pair start, µs at {} MHz): one pair "
@@ -124,7 +213,7 @@ std::string format_decode_pair_trace(const DecodePairTrace& trace, const std::st
                         line.cycles / cycles_per_us, line.group == 0 ? "" : "            ",
                         line.group, kernels::decode_pair_trace_event(line.group, line.event));
   }
-  return text;
+  return text + pieces_text;
 }
 
 }  // namespace mla::bench

@@ -538,6 +538,16 @@ const char* decode_pair_trace_event(int warpgroup, int event) {
   return kEvents[warpgroup][event];
 }
 
+const char* decode_piece_trace_event(int event) {
+  // Thread 0's steps of each piece (splitkv_seesaw.cuh, the pairs order's piece loop).
+  static constexpr const char* kEvents[kDecodePieceTraceEvents] = {
+      "piece start (first pages issued after it)", "queries in shared memory",
+      "first page's first half landed", "last P·V done", "output or partial written"};
+  require(event >= 0 && event < kDecodePieceTraceEvents,
+          fmt::format("no piece-trace event {}", event));
+  return kEvents[event];
+}
+
 bool decode_pair_trace_applies(const MlaDecodeParams& params) {
   return runs_seesaw_launched(params, MlaDecodeSchedule::kSeesawPairs);
 }

@@ -115,7 +115,7 @@ static_assert(sizeof(SeesawSharedStorage) <= 227 * 1024);
 // release) made the fence wait for the store's completion, which put that wait into the very
 // release being traced ("P·V done" to "half freed" measured
 // 657 / 832 cycles with global stamps, 457 / 518 with these, on the H200, 2026-12-02).
-inline constexpr int kPairTraceSmemBytes = 2 * kDecodePairTracePairs * kDecodePairTraceEvents * 4;
+inline constexpr int kPairTraceSmemBytes = kDecodePairTracePairWords * 4;
 static_assert(sizeof(SeesawSharedStorage) + kPairTraceSmemBytes <= 227 * 1024);
 // The fused combine stages partials in q and kv as one region.
 static_assert(offsetof(SeesawSharedStorage, kv) == offsetof(SeesawSharedStorage, q) + kPageBytes);
@@ -186,6 +186,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   stamp(kTimelineEntry, true);
+  // kTrace: thread 0's field `field` of its piece number `piece_number` (the piece trace, every
+  // piece up to kDecodePieceTracePieces): clock64, or `value` itself when given.
+  auto piece_stamp = [&](uint32_t piece_number, int field, bool when, int64_t value = -1) {
+    if constexpr (kTrace) {
+      uint64_t* const words = args.pair_trace +
+                              int64_t(blockIdx.y * gridDim.x + blockIdx.x) * kDecodePairTraceWords +
+                              kDecodePairTracePairWords + piece_number * kDecodePieceTraceFields;
+      ptx::st_global_u64_if(
+          tid == 0 && when && piece_number < kDecodePieceTracePieces, words + field,
+          value >= 0 ? static_cast<uint64_t>(value) : static_cast<uint64_t>(clock64()));
+    }
+  };
   if constexpr (kTimeline) {
     ptx::st_global_u64_if(
         tid == 0,
@@ -241,6 +253,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int batch_index = piece.seq;
     const int num_pages = piece.page_end - piece.page_begin;
     const uint32_t base = pages_before;
+    if constexpr (kTrace) piece_stamp(pieces_before, 0, true);
+    if constexpr (kTrace) piece_stamp(pieces_before, kDecodePieceTraceEvents, true, num_pages);
 
     if constexpr (kStagedEpilogue) {  // the previous piece's row copies have read the staging
       if (base > 0) {
@@ -340,6 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // Q complete; the previous piece's merge scratch (p, row_partial) is free
     stamp(kTimelineQueries, base == 0);
+    if constexpr (kTrace) piece_stamp(pieces_before, 1, true);
 
     // Scale to base 2 and mask page j's scores in place; the row maxima over the quad (the P·V-
     // first and S-first orders).
@@ -582,6 +597,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto issue_s = [&](float(&s_acc)[32], int j) {
         wait_half(j, 0);
         stamp(kTimelineFirstPage, base == 0 && j == 0);
+        if constexpr (kTrace) piece_stamp(pieces_before, 2, j == 0);
         const int tokens_valid = piece.seqlen - (piece.page_begin + j) * kPageTokens;
         if (tokens_valid < kPageTokens) {
           wait_half(j, 1);
@@ -781,6 +797,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (2 * i < num_pages) pair(i, kNo);
       wgmma::wait_group<0>();
       seesaw_fence_operands(o_acc);
+      if constexpr (kTrace) piece_stamp(pieces_before, 3, true);
       if constexpr (kTrace) {  // the stamps to global memory, as clock64 values
         if (trace_thread) {
 #pragma unroll 1
@@ -821,6 +838,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                    row_sum_part, row_max_run, o_acc, smem.row_partial);
     }
     stamp(kTimelineStored, true);
+    if constexpr (kTrace) piece_stamp(pieces_before - 1, 4, true);
     const bool final_output = piece.num_splits == 1;
     if constexpr (kFusedCombine) {
       if (!final_output) arrive_for_piece(args, piece, smem.pending);

@@ -712,7 +712,8 @@ INSTANTIATE_TEST_SUITE_P(
 // The pairs order's trace: the same output as the production kernel, and for every pair each CTA
 // recorded (of its first piece, then of its second), each warpgroup's events in the order its code
 // reaches them, pairs one after another, and each cross-warpgroup wait ending after what it waits
-// for. A launch that does not run the pairs order is refused.
+// for; every CTA's pieces in order, covering every page once per row tile. A launch that does not
+// run the pairs order is refused.
 TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
   MLA_REQUIRE_SM90_GPU();
   ref::PagedDecodeProblemSpec spec;
@@ -794,7 +795,40 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
     // Three sequences over 8 SMs' parts: some CTA's part spans a sequence boundary, so a second
     // piece with a complete pair exists.
     EXPECT_GE(recording, 1) << "no CTA recorded a complete pair of its piece " << piece;
+
+    // The piece trace: every CTA's pieces, each one's events in order and after the previous
+    // piece's, and their pages together every page of every sequence once per row tile.
+    constexpr int kFields = kernels::kDecodePieceTraceFields;
+    constexpr int kPieceEvents = kernels::kDecodePieceTraceEvents;
+    int64_t traced_pages = 0;
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const uint64_t* words =
+          t.data() + cta * kernels::kDecodePairTraceWords + kernels::kDecodePairTracePairWords;
+      for (int k = 0; k < kernels::kDecodePieceTracePieces; ++k) {
+        const uint64_t* f = words + k * kFields;
+        if (f[0] == 0) {
+          EXPECT_EQ(f[kPieceEvents], 0u) << "CTA " << cta << ": piece " << k << " has pages";
+          break;
+        }
+        const std::string where = fmt::format("CTA {}, piece {}", cta, k);
+        for (int e = 1; e < kPieceEvents; ++e)
+          EXPECT_GE(f[e], f[e - 1]) << where << ", " << kernels::decode_piece_trace_event(e);
+        if (k > 0) {
+          EXPECT_GE(f[0], f[-kFields + kPieceEvents - 1]) << where;
+        }
+        EXPECT_GE(f[kPieceEvents], 1u) << where;
+        traced_pages += int64_t(f[kPieceEvents]);
+      }
+    }
+    const kernels::MlaDecodeParams traced = params_of(gpu, pairs);
+    const int rows_per_kv_head = spec.seqlen_q * spec.num_heads_q / traced.num_heads_kv;
+    int64_t sequence_pages = 0;
+    for (const int len : spec.seqlens) sequence_pages += (len + 63) / 64;
+    EXPECT_EQ(traced_pages, sequence_pages * traced.num_heads_kv * ((rows_per_kv_head + 63) / 64))
+        << "the piece trace's pages (launch for piece " << piece << ")";
   }
+  for (int e = 0; e < kernels::kDecodePieceTraceEvents; ++e)
+    EXPECT_FALSE(std::string(kernels::decode_piece_trace_event(e)).empty());
   EXPECT_GE(first_cta_pairs, 4) << "CTA (0, 0) should record several pairs of its first piece";
   for (int group = 0; group < 2; ++group)
     for (int event = 0; event < kEvents; ++event)

@@ -212,8 +212,19 @@ void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* ti
 // launched combine.
 inline constexpr int kDecodePairTracePairs = 8;
 inline constexpr int kDecodePairTraceEvents = 13;
-inline constexpr int kDecodePairTraceWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
+inline constexpr int kDecodePairTracePairWords = 2 * kDecodePairTracePairs * kDecodePairTraceEvents;
+// After its pairs' words, each CTA records its pieces (every one, not only `piece`; the first
+// kDecodePieceTracePieces): piece k's field f at c · kDecodePairTraceWords +
+// kDecodePairTracePairWords + k · kDecodePieceTraceFields + f. Fields 0 to
+// kDecodePieceTraceEvents − 1 are the clock64 values of thread 0 reaching the events named by
+// decode_piece_trace_event() (0: not reached); the last field is the piece's page count.
+inline constexpr int kDecodePieceTracePieces = 8;
+inline constexpr int kDecodePieceTraceEvents = 5;
+inline constexpr int kDecodePieceTraceFields = kDecodePieceTraceEvents + 1;
+inline constexpr int kDecodePairTraceWords =
+    kDecodePairTracePairWords + kDecodePieceTracePieces * kDecodePieceTraceFields;
 const char* decode_pair_trace_event(int warpgroup, int event);
+const char* decode_piece_trace_event(int event);
 // Whether a launch with these params runs the pairs order (what the pair trace records).
 bool decode_pair_trace_applies(const MlaDecodeParams& params);
 // The trace's size in uint64 words: kDecodePairTraceWords per CTA of the launch's grid.
