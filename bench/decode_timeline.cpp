@@ -149,8 +149,17 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
                               *std::max_element(reached.begin(), reached.end())};
     if (!phase.empty()) run.phase_us[slot] = median(phase);
   }
-  for (int cta = 0; cta < run.ctas; ++cta)
-    if (cta_stamps(words, size_t(cta))[kQueriesSlot] != 0) ++run.ctas_with_work;
+  std::vector<double> clock_mhz;
+  for (int cta = 0; cta < run.ctas; ++cta) {
+    const uint64_t* ns = cta_stamps(words, size_t(cta));
+    const uint64_t* clk = ns + kSlots;
+    if (ns[kQueriesSlot] == 0) continue;
+    ++run.ctas_with_work;
+    const int exit = kSlots - 1;
+    if (ns[exit] > ns[0] && clk[exit] > clk[0])
+      clock_mhz.push_back(double(clk[exit] - clk[0]) / double(ns[exit] - ns[0]) * 1e3);
+  }
+  if (!clock_mhz.empty()) run.sm_clock_mhz = median(clock_mhz);
   return run;
 }
 
@@ -208,6 +217,7 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   DecodeTimeline result = per_run.front();
   auto median_of = [&](const auto& get) { return median_over(per_run, get); };
   result.op_end_us = median_of([](const DecodeTimeline& t) { return t.op_end_us; });
+  result.sm_clock_mhz = median_of([](const DecodeTimeline& t) { return t.sm_clock_mhz; });
   for (int slot = 0; slot < kSlots; ++slot) {
     for (int k = 0; k < 3; ++k)
       result.reached_us[slot][k] =
@@ -247,6 +257,9 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
   }
   text += fmt::format("  {:<18} {:7.2f}  (the stamp after the op: combine included)\n", "op end",
                       timeline.op_end_us);
+  text += fmt::format(
+      "  SM clock from entry to exit (clock64 over %globaltimer, median CTA): {:.0f} MHz\n",
+      timeline.sm_clock_mhz);
   text += fmt::format(
       "  CTAs' finish (pages computed) over {} runs: correlation between consecutive runs {:.2f} "
       "(median over the pairs of runs); spread {:.2f} µs in a run (median), {:.2f} µs of the "

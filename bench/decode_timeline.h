@@ -22,6 +22,9 @@ struct DecodeTimeline {
   // Per phase i ≥ 1: median over CTAs with work of (phase i − phase i−1), clock64 → µs.
   std::array<double, kernels::kDecodeTimelineSlots> phase_us{};
   double op_end_us = 0;  // the stamp after the op (the combine, if launched, is done by then)
+  // The SM clock the CTAs ran at: clock64 cycles over %globaltimer ns from entry to exit (median
+  // over the CTAs with work, then over runs), MHz.
+  double sm_clock_mhz = 0;
   // Is a CTA's finish ("pages computed") slow or fast by where it runs? Over the CTAs with work:
   // the median over pairs of consecutive runs of the Pearson correlation of their finish times
   // (NaN with fewer than two runs, or when no pair had two CTAs with work to compare), the spread
