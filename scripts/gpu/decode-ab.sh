@@ -22,7 +22,8 @@
 # own build (e.g. "pairs:MLA_DECODE_SEESAW=4 lockstep:MLA_DECODE_SEESAW=0"; the first is then the
 # reference), instead of the plain tree. MLA_AB_NCU="b,s_q,h_q,s_k ...": per build and row,
 # Nsight Compute's DRAM bytes read, L2 hit rate and duration of fast's split-KV kernel (one launch
-# after the first; caches flushed before it, clocks as found). MLA_AB_NCU_METRICS="m1,m2,...":
+# after the first; caches flushed before it, clocks as found; MLA_AB_NCU_KERNEL=regex picks another
+# kernel, e.g. mla_decode_combine). MLA_AB_NCU_METRICS="m1,m2,...":
 # other metrics for those rows (kept to the names this machine's ncu lists, the rest reported).
 # Needs .carry/ from scripts/gpu/bundle-deps.sh. Never changes GPU settings.
 set -uo pipefail
@@ -129,7 +130,7 @@ main() {
       [ -x "$bin" ] || continue
       for row in $MLA_AB_NCU; do
         env "${environment[@]}" timeout -k 10 120 ncu --clock-control none \
-          -k regex:mla_decode_splitkv --launch-skip 1 --launch-count 1 \
+          -k "regex:${MLA_AB_NCU_KERNEL:-mla_decode_splitkv}" --launch-skip 1 --launch-count 1 \
           --metrics "$metrics" \
           --csv --print-units base --log-file "$work/ncu.csv" \
           "$bin" bench decode --only "$row" --kernel fast --runs 2 --flashmla-ref '' >/dev/null 2>&1
