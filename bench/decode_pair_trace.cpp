@@ -50,6 +50,7 @@ DecodePairTrace summarize_run(const std::vector<uint64_t>& t) {
 struct CtaPieces {
   std::vector<DecodePairTrace::Piece> pieces;  // complete pieces, in order, until the first gap
   double cycles = 0, pairs_cycles = 0, pairs = 0;
+  bool every_slot_used = false;  // it may have had more pieces than the trace records
 };
 
 CtaPieces summarize_pieces(const uint64_t* words) {
@@ -78,6 +79,7 @@ CtaPieces summarize_pieces(const uint64_t* words) {
     cta.pieces.push_back(piece);
   }
   if (!cta.pieces.empty()) cta.cycles = double(last_written) - double(first_start);
+  cta.every_slot_used = int(cta.pieces.size()) == kernels::kDecodePieceTracePieces;
   return cta;
 }
 
@@ -124,6 +126,8 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
     result.cta_cycles_per_pair =
         cta_median([](const CtaPieces& c) { return c.pairs_cycles / c.pairs; });
     result.cta_pieces = cta_median([](const CtaPieces& c) { return double(c.pieces.size()); });
+    for (const CtaPieces& c : pieces_per_cta_run)
+      result.pieces_truncated = result.pieces_truncated || c.every_slot_used;
     for (int k = 0; k < kernels::kDecodePieceTracePieces; ++k) {
       std::vector<DecodePairTrace::Piece> kth, with_next;
       for (const CtaPieces& c : pieces_per_cta_run) {
@@ -171,23 +175,30 @@ std::string format_decode_pair_trace(const DecodePairTrace& trace, const std::st
     pieces_text = fmt::format(
         "piece trace, {} (every CTA's pieces whole, thread 0; medians over the CTAs and runs, "
         "cycles): a CTA runs {:.0f} pieces in {:.0f} cycles ({:.1f} µs at {} MHz), {:.1f} % of "
-        "them from a first page landing to a last P·V, at {:.0f} cycles a pair over all its "
-        "pieces\n"
-        "  piece   CTAs  pages  start→queries  start→first page  pairs (a pair)     last P·V→"
-        "written  written→next\n",
+        "them from a first page landing to warpgroup 0's last P·V, at {:.0f} cycles a pair over "
+        "all its pieces{}\n",
         label, trace.cta_pieces, trace.cta_cycles, trace.cta_cycles / cycles_per_us,
-        sm_clock_khz / 1000, 100.0 * trace.cta_pairs_share, trace.cta_cycles_per_pair);
+        sm_clock_khz / 1000, 100.0 * trace.cta_pairs_share, trace.cta_cycles_per_pair,
+        trace.pieces_truncated
+            ? fmt::format(" (some CTA filled all {} recorded pieces: later ones are left out)",
+                          kernels::kDecodePieceTracePieces)
+            : "");
+    pieces_text += fmt::format("  {:>5} {:>6} {:>6} {:>14} {:>17} {:>18} {:>17} {:>13}\n", "piece",
+                               "CTAs", "pages", "start→queries", "start→first page",
+                               "pairs (a pair)", "last P·V→copies", "copies→next");
     for (size_t k = 0; k < trace.pieces.size(); ++k) {
       const DecodePairTrace::Piece& p = trace.pieces[k];
       pieces_text += fmt::format(
-          "  {:>5} {:>6} {:>6.0f} {:>14.0f} {:>17.0f} {:>9.0f} ({:>5.0f}) {:>17.0f} {:>13.0f}\n", k,
-          p.ctas, p.pages, p.queries_cycles, p.first_page_cycles, p.pairs_cycles, p.cycles_per_pair,
-          p.epilogue_cycles, p.to_next_cycles);
+          "  {:>5} {:>6} {:>6.0f} {:>14.0f} {:>17.0f} {:>11.0f} ({:>5.0f}) {:>17.0f} {:>13.0f}\n",
+          k, p.ctas, p.pages, p.queries_cycles, p.first_page_cycles, p.pairs_cycles,
+          p.cycles_per_pair, p.epilogue_cycles, p.to_next_cycles);
     }
   }
-  if (trace.ctas == 0)
-    return fmt::format("pair trace, {}: no CTA has a complete pair in its piece {}\n", label,
-                       trace.piece) +
+  if (trace.pairs == 0)
+    return fmt::format(
+               "pair trace, {}: no CTA has a measured pair (a pair i ≥ 1 whose next pair started) "
+               "in its piece {}\n",
+               label, trace.piece) +
            pieces_text;
   std::string text = fmt::format(
       "pair trace, {} (piece {} of each CTA: {} CTAs with complete pairs, {} pairs each; medians "

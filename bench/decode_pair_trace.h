@@ -19,8 +19,10 @@ namespace mla::bench {
 
 struct DecodePairTrace {
   int piece = 0;  // which piece of each CTA was recorded (0: its first)
-  int ctas = 0;   // CTAs with at least one complete pair in that piece (median over runs)
-  int pairs = 0;  // a CTA's pairs with every event of both warpgroups and a next pair
+  // CTAs with a measured pair in that piece (a pair i ≥ 1 with every event of both warpgroups
+  // and a next pair started; median over runs).
+  int ctas = 0;
+  int pairs = 0;             // a CTA's pairs with every event of both warpgroups and a next pair
   double period_cycles = 0;  // warpgroup 0's start of pair i + 1 minus its start of pair i
   double period_p10_cycles = 0, period_p90_cycles = 0;  // over the CTAs and runs
   double first_cta_period_cycles = 0;                   // CTA (0, 0)'s (0 when it has no pair)
@@ -29,21 +31,22 @@ struct DecodePairTrace {
 
   // The piece trace: every CTA's pieces, whole (medians over the CTAs and runs).
   struct Piece {
-    int ctas = 0;                  // CTAs with this piece complete
+    int ctas = 0;                  // CTAs with this piece complete (mean per run, rounded up)
     double pages = 0;              // its pages
     double queries_cycles = 0;     // piece start (its first pages issued) to the queries in
     double first_page_cycles = 0;  // piece start to the first page's first half landed
-    double pairs_cycles = 0;       // first half landed to the last P·V done
+    double pairs_cycles = 0;       // first half landed to warpgroup 0's last P·V done
     double cycles_per_pair = 0;    // pairs_cycles per two pages
-    double epilogue_cycles = 0;    // last P·V done to the output or partial written
-    double to_next_cycles = 0;     // written to the next piece's start (its CTAs with one)
+    double epilogue_cycles = 0;    // that last P·V to the output or partial rows' copies issued
+    double to_next_cycles = 0;     // copies issued to the next piece's start (its CTAs with one)
   };
   std::vector<Piece> pieces;  // by piece number
   // Per CTA over all its pieces (medians over the CTAs and runs): first piece's start to the
-  // last one's written, the share of it between a first half landing and a last P·V, and
+  // last one's copies issued, the share of it between a first half landing and a last P·V, and
   // the cycles a pair over all its pieces' pairs.
   double cta_cycles = 0, cta_pairs_share = 0, cta_cycles_per_pair = 0;
   double cta_pieces = 0;
+  bool pieces_truncated = false;  // some CTA filled every recorded piece (it may have more)
 };
 
 // params: a planned decode that runs the pairs order (launch_mla_decode_plan already run).

@@ -258,7 +258,7 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
   text += fmt::format("  {:<18} {:7.2f}  (the stamp after the op: combine included)\n", "op end",
                       timeline.op_end_us);
   text += fmt::format(
-      "  SM clock from entry to exit (clock64 over %globaltimer, median CTA): {:.0f} MHz\n",
+      "  clock64 rate from entry to exit (cycles over %globaltimer ns, median CTA): {:.0f} MHz\n",
       timeline.sm_clock_mhz);
   text += fmt::format(
       "  CTAs' finish (pages computed) over {} runs: correlation between consecutive runs {:.2f} "

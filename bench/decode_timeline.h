@@ -22,8 +22,10 @@ struct DecodeTimeline {
   // Per phase i ≥ 1: median over CTAs with work of (phase i − phase i−1), clock64 → µs.
   std::array<double, kernels::kDecodeTimelineSlots> phase_us{};
   double op_end_us = 0;  // the stamp after the op (the combine, if launched, is done by then)
-  // The SM clock the CTAs ran at: clock64 cycles over %globaltimer ns from entry to exit (median
-  // over the CTAs with work, then over runs), MHz.
+  // The rate of clock64 from entry to exit: cycles over %globaltimer ns (median over the CTAs with
+  // work, then over runs), MHz. Read as the SM clock only where the SMs never wait: whether
+  // clock64 advances while an SM waits is not settled (docs/kernels/mla_decode.md, "Twenty-fourth
+  // session", item 4).
   double sm_clock_mhz = 0;
   // Is a CTA's finish ("pages computed") slow or fast by where it runs? Over the CTAs with work:
   // the median over pairs of consecutive runs of the Pearson correlation of their finish times

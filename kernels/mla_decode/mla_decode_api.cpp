@@ -413,8 +413,6 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   kv_spec.box[2] = 1;
   kv_spec.box[3] = 1;
   args.kv_tensor_map = cuda::make_tensor_map_bf16(kv_spec);
-  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
-  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
   const MlaDecodeSchedule schedule = resolved_decode_schedule(params);
   if (args.shape.rows_per_tile != 16 && schedule == MlaDecodeSchedule::kSeesawPairs) {
     // The pairs order's halves (it runs 32- and 64-row tiles; nothing else reads this map): the
@@ -433,6 +431,8 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
     half.box[2] = 4;
     args.kv_half_tensor_map = cuda::make_tensor_map_bf16(half);
   }
+  // kFast's seesaw copies 64-row query tiles by TMA where a tile is one box (the map is made only
+  // for a launch that runs the seesaw: kBaseline's schedule resolves to the lockstep body).
   cuda::TensorMapBf16Spec q_spec;
   args.query_by_tma = args.shape.rows_per_tile == 64 && schedule != MlaDecodeSchedule::kLockstep &&
                       query_tma_from_environment() &&
@@ -542,7 +542,8 @@ const char* decode_piece_trace_event(int event) {
   // Thread 0's steps of each piece (splitkv_seesaw.cuh, the pairs order's piece loop).
   static constexpr const char* kEvents[kDecodePieceTraceEvents] = {
       "piece start (first pages issued after it)", "queries in shared memory",
-      "first page's first half landed", "last P·V done", "output or partial written"};
+      "first page's first half landed", "warpgroup 0's last P·V done",
+      "output or partial rows' copies issued"};
   require(event >= 0 && event < kDecodePieceTraceEvents,
           fmt::format("no piece-trace event {}", event));
   return kEvents[event];

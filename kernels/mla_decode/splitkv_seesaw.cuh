@@ -144,8 +144,9 @@ __device__ __forceinline__ void seesaw_issue_page(const DecodeKernelArgs& args, 
   issue_page(args, kv_smem0 + stage * kPageBytes, full0 + stage * 8, seq, page, kv_head, l2_policy);
 }
 
-// The diagnostic instantiations: kPairTrace, the pairs order's trace of CTA (0, 0)'s first pairs
-// (launch_mla_decode_with_pair_trace); kTimeline, every CTA's phases (launch_mla_decode_with_
+// The diagnostic instantiations: kPairTrace, the pairs order's trace of every CTA's first pairs of
+// its piece number args.pair_trace_piece, and every CTA's pieces whole (the piece trace;
+// launch_mla_decode_with_pair_trace); kTimeline, every CTA's phases (launch_mla_decode_with_
 // timeline). Inside the page loop both stamp through predicated stores, with no branch, so the
 // wgmma pipeline stays the production one (the pair trace's zeroing and copy-out branches run
 // before and after the pairs, with no wgmma in flight).

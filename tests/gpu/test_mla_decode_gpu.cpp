@@ -522,7 +522,7 @@ TEST_P(MlaDecodeGpu, NonContiguousStrides) {
   // pages, NaN in the padding) and a padded output: strides are honoured, by the query tiles' TMA
   // map too (h_q 16 · s_q 2: 4 positions per box, two of them past s_q; 128 · 1: 64 heads; 32 · 3:
   // two tiles, the second half past s_q), and by the cache's maps (the pairs order's half-page
-  // map included: 128 · 1 with a kFast choice runs it, the schedule forced below).
+  // map included: every case runs it with kFast's launched combine, the schedule forced below).
   struct Case {
     int heads, seqlen_q;
   };
@@ -797,7 +797,8 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
     EXPECT_GE(recording, 1) << "no CTA recorded a complete pair of its piece " << piece;
 
     // The piece trace: every CTA's pieces, each one's events in order and after the previous
-    // piece's, and their pages together every page of every sequence once per row tile.
+    // piece's, none left out (this problem gives a CTA at most 3 pieces), and their pages summing
+    // to every sequence's pages once per row tile.
     constexpr int kFields = kernels::kDecodePieceTraceFields;
     constexpr int kPieceEvents = kernels::kDecodePieceTraceEvents;
     int64_t traced_pages = 0;
@@ -814,11 +815,14 @@ TEST(MlaDecodeGpuPairTrace, SameOutputAndEventsInOrder) {
         for (int e = 1; e < kPieceEvents; ++e)
           EXPECT_GE(f[e], f[e - 1]) << where << ", " << kernels::decode_piece_trace_event(e);
         if (k > 0) {
-          EXPECT_GE(f[0], f[-kFields + kPieceEvents - 1]) << where;
+          const uint64_t previous_copies_issued = words[(k - 1) * kFields + kPieceEvents - 1];
+          EXPECT_GE(f[0], previous_copies_issued) << where;
         }
         EXPECT_GE(f[kPieceEvents], 1u) << where;
         traced_pages += int64_t(f[kPieceEvents]);
       }
+      ASSERT_EQ(words[(kernels::kDecodePieceTracePieces - 1) * kFields], 0u)
+          << "CTA " << cta << " filled every recorded piece: the page sum below would miss some";
     }
     const kernels::MlaDecodeParams traced = params_of(gpu, pairs);
     const int rows_per_kv_head = spec.seqlen_q * spec.num_heads_q / traced.num_heads_kv;

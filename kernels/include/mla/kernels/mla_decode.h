@@ -217,7 +217,8 @@ inline constexpr int kDecodePairTracePairWords = 2 * kDecodePairTracePairs * kDe
 // kDecodePieceTracePieces): piece k's field f at c · kDecodePairTraceWords +
 // kDecodePairTracePairWords + k · kDecodePieceTraceFields + f. Fields 0 to
 // kDecodePieceTraceEvents − 1 are the clock64 values of thread 0 reaching the events named by
-// decode_piece_trace_event() (0: not reached); the last field is the piece's page count.
+// decode_piece_trace_event() (0: not reached); the last field is the piece's page count. A CTA's
+// pieces past the first kDecodePieceTracePieces are not recorded.
 inline constexpr int kDecodePieceTracePieces = 8;
 inline constexpr int kDecodePieceTraceEvents = 5;
 inline constexpr int kDecodePieceTraceFields = kDecodePieceTraceEvents + 1;
