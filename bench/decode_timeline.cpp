@@ -26,6 +26,8 @@ constexpr const char* kPhaseNames[kSlots] = {"entry",
                                              "pages computed",
                                              "output stored",
                                              "exit"};
+constexpr int kCombineSlots = kernels::kDecodeCombineTimelineSlots;
+constexpr const char* kCombinePhaseNames[kCombineSlots] = {"start", "past the wait", "end"};
 constexpr int kQueriesSlot = 2;    // a CTA that loaded queries had a piece of work
 constexpr int kPagesDoneSlot = 4;  // "pages computed" (kTimelinePagesDone in mla_decode/config.h)
 
@@ -35,17 +37,12 @@ double elapsed_us(uint64_t a, uint64_t b) {
   return double(int64_t(b - a)) * 1e-3;
 }
 
-// CTAs in a timeline: per CTA 2 · kSlots stamps, then per CTA the SM it ran on.
-size_t cta_count(const std::vector<uint64_t>& words) {
-  return words.size() / (2 * kSlots + 1);
-}
 const uint64_t* cta_stamps(const std::vector<uint64_t>& words, size_t cta) {
   return words.data() + kernels::decode_timeline_stamps_word(int64_t(cta));
 }
 
 // Per CTA with work, its "pages computed" stamp in µs after `start` (0 for a CTA without work).
-std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t start) {
-  const size_t ctas = cta_count(words);
+std::vector<double> finish_times(const std::vector<uint64_t>& words, size_t ctas, uint64_t start) {
   std::vector<double> times(ctas, 0.0);
   for (size_t cta = 0; cta < ctas; ++cta) {
     const uint64_t* ns = cta_stamps(words, cta);
@@ -57,9 +54,8 @@ std::vector<double> finish_times(const std::vector<uint64_t>& words, uint64_t st
 
 // The same finish times keyed by the SM each CTA ran on (the latest CTA's, where several shared
 // one), over SM ids 0 .. num_sm_ids - 1.
-std::vector<double> finish_times_by_sm(const std::vector<uint64_t>& words,
+std::vector<double> finish_times_by_sm(const std::vector<uint64_t>& words, size_t ctas,
                                        const std::vector<double>& by_cta, size_t num_sm_ids) {
-  const size_t ctas = cta_count(words);
   std::vector<double> times(num_sm_ids, 0.0);
   for (size_t cta = 0; cta < ctas; ++cta) {
     const uint64_t sm = words[kernels::decode_timeline_sm_word(int64_t(ctas), int64_t(cta))];
@@ -126,11 +122,12 @@ double spread(const std::vector<double>& values) {
   return range[2] - range[0];
 }
 
-// One run's numbers (the DecodeTimeline of that run alone).
-DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start, uint64_t end,
-                             int sm_clock_khz) {
+// One run's numbers (the DecodeTimeline of that run alone): `ctas` split CTAs, then
+// `combine_ctas` combine CTAs' stamps.
+DecodeTimeline summarize_run(const std::vector<uint64_t>& words, size_t ctas, size_t combine_ctas,
+                             uint64_t start, uint64_t end, int sm_clock_khz) {
   DecodeTimeline run;
-  run.ctas = static_cast<int>(cta_count(words));
+  run.ctas = static_cast<int>(ctas);
   run.op_end_us = elapsed_us(start, end);
   const double cycles_per_us = sm_clock_khz * 1e-3;
   for (int slot = 0; slot < kSlots; ++slot) {
@@ -160,6 +157,19 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, uint64_t start,
       clock_mhz.push_back(double(clk[exit] - clk[0]) / double(ns[exit] - ns[0]) * 1e3);
   }
   if (!clock_mhz.empty()) run.sm_clock_mhz = median(clock_mhz);
+
+  // The launched combine's CTAs (none stamp when the combine is fused).
+  std::array<std::vector<double>, kCombineSlots> combine;
+  for (size_t c = 0; c < combine_ctas; ++c) {
+    const uint64_t* t =
+        words.data() + kernels::decode_timeline_combine_word(int64_t(ctas), int64_t(c));
+    if (t[0] == 0) continue;
+    for (int slot = 0; slot < kCombineSlots; ++slot)
+      if (t[slot] != 0) combine[size_t(slot)].push_back(elapsed_us(start, t[slot]));
+  }
+  run.combine_ctas = static_cast<int>(combine[0].size());
+  for (int slot = 0; slot < kCombineSlots; ++slot)
+    run.combine_us[size_t(slot)] = min_median_max(combine[size_t(slot)]);
   return run;
 }
 
@@ -195,6 +205,8 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
                                        int sm_clock_khz, cudaStream_t stream) {
   MLA_CHECK_GE(runs, 1);
   const int64_t words = kernels::mla_decode_timeline_words(params);
+  const auto split_ctas = static_cast<size_t>(kernels::decode_timeline_split_ctas(params));
+  const auto combine_ctas = static_cast<size_t>(kernels::decode_timeline_combine_ctas(params));
   cuda::DeviceBuffer<uint64_t> timeline(static_cast<size_t>(words)), stamps(2);
   L2Flush flush;
   std::vector<DecodeTimeline> per_run;
@@ -209,15 +221,22 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
     kernels::launch_timestamp(stamps.data() + 1, stream);
     const std::vector<uint64_t> host = timeline.to_host(stream);
     const std::vector<uint64_t> bracket = stamps.to_host(stream);
-    per_run.push_back(summarize_run(host, bracket[0], bracket[1], sm_clock_khz));
-    finishes.push_back(finish_times(host, bracket[0]));
-    finishes_by_sm.push_back(finish_times_by_sm(host, finishes.back(), num_sm_ids));
+    per_run.push_back(
+        summarize_run(host, split_ctas, combine_ctas, bracket[0], bracket[1], sm_clock_khz));
+    finishes.push_back(finish_times(host, split_ctas, bracket[0]));
+    finishes_by_sm.push_back(finish_times_by_sm(host, split_ctas, finishes.back(), num_sm_ids));
   }
   // Median over runs, number by number.
   DecodeTimeline result = per_run.front();
   auto median_of = [&](const auto& get) { return median_over(per_run, get); };
   result.op_end_us = median_of([](const DecodeTimeline& t) { return t.op_end_us; });
   result.sm_clock_mhz = median_of([](const DecodeTimeline& t) { return t.sm_clock_mhz; });
+  result.combine_ctas =
+      static_cast<int>(median_of([](const DecodeTimeline& t) { return double(t.combine_ctas); }));
+  for (int slot = 0; slot < kCombineSlots; ++slot)
+    for (int k = 0; k < 3; ++k)
+      result.combine_us[size_t(slot)][size_t(k)] =
+          median_of([&](const DecodeTimeline& t) { return t.combine_us[size_t(slot)][size_t(k)]; });
   for (int slot = 0; slot < kSlots; ++slot) {
     for (int k = 0; k < 3; ++k)
       result.reached_us[slot][k] =
@@ -260,6 +279,15 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
   text += fmt::format(
       "  clock64 rate from entry to exit (cycles over %globaltimer ns, median CTA): {:.0f} MHz\n",
       timeline.sm_clock_mhz);
+  if (timeline.combine_ctas > 0) {
+    text += fmt::format("  combine, {} CTAs (min / median / max over them; its first warp's end):",
+                        timeline.combine_ctas);
+    for (int slot = 0; slot < kCombineSlots; ++slot) {
+      const auto& c = timeline.combine_us[size_t(slot)];
+      text += fmt::format(" {} {:.2f} / {:.2f} / {:.2f}{}", kCombinePhaseNames[slot], c[0], c[1],
+                          c[2], slot + 1 < kCombineSlots ? ";" : "\n");
+    }
+  }
   text += fmt::format(
       "  CTAs' finish (pages computed) over {} runs: correlation between consecutive runs {:.2f} "
       "(median over the pairs of runs); spread {:.2f} µs in a run (median), {:.2f} µs of the "

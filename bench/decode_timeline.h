@@ -1,7 +1,8 @@
 // One decode launch's phase timeline: launch_mla_decode_with_timeline() between two timestamp
 // kernels, after the same L2 flush as the timed runs. When each CTA of the split-KV grid reached
 // each phase (%globaltimer, from the stamp before the op), and how long each phase took inside a
-// CTA (clock64 at the SM's maximum clock); medians over runs. The 16-row body and kFast's seesaw
+// CTA (clock64 at the SM's maximum clock), and when the launched combine's CTAs start, pass their
+// wait for the split grid and end; medians over runs. The 16-row body and kFast's seesaw
 // (pairs or P·V first, launched combine) record: kernels::decode_timeline_applies().
 #pragma once
 
@@ -27,6 +28,11 @@ struct DecodeTimeline {
   // clock64 advances while an SM waits is not settled (docs/kernels/mla_decode.md, "Twenty-fourth
   // session", item 4).
   double sm_clock_mhz = 0;
+  // The launched combine's CTAs that stamped (0 with the fused combine), and per combine slot
+  // (start, past the wait for the split grid, its first warp's end) {min, median, max} µs after
+  // the stamp before the op.
+  int combine_ctas = 0;
+  std::array<std::array<double, 3>, kernels::kDecodeCombineTimelineSlots> combine_us{};
   // Is a CTA's finish ("pages computed") slow or fast by where it runs? Over the CTAs with work:
   // the median over pairs of consecutive runs of the Pearson correlation of their finish times
   // (NaN with fewer than two runs, or when no pair had two CTAs with work to compare), the spread

@@ -27,6 +27,9 @@ struct DecodeKernelArgs {
   // (ns) then kTimelineSlots clock64 stamps; the 16-row body and kFast's seesaw (pairs or P·V
   // first, launched combine) record. Null otherwise.
   uint64_t* timeline = nullptr;
+  // The same launch's combine: per combine CTA, kDecodeCombineTimelineSlots global-timer stamps
+  // (the combine's timeline instantiations record). Null otherwise.
+  uint64_t* combine_timeline = nullptr;
   // Diagnostics (launch_mla_decode_with_pair_trace): kDecodePairTraceWords clock64 values per CTA,
   // of its piece number pair_trace_piece; only the seesaw's traced pairs instantiation records.
   // Null otherwise.
@@ -87,7 +90,21 @@ MLA_HOST_DEVICE int sliced_combine_slices(int64_t rows_in_batch, int num_sms) {
   return slices;
 }
 
-// Launcher of the combine kernels (plan_and_combine.cu).
+// The launched combine's grid: {row blocks or rows × column slices, b}.
+struct CombineGrid {
+  int64_t x = 0, y = 0;
+};
+inline CombineGrid combine_grid(const MlaDecodeParams& params, const DecodeLaunchShape& shape,
+                                DecodeCombineLaunch how) {
+  const int64_t rows = int64_t(params.num_heads_kv) * shape.rows_per_kv_head;
+  if (how == DecodeCombineLaunch::kSliced)
+    return {rows * sliced_combine_slices(int64_t(params.batch) * rows, params.num_sms),
+            params.batch};
+  return {(rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, params.batch};
+}
+
+// Launcher of the combine kernels (plan_and_combine.cu); args.combine_timeline set: the
+// instantiations that stamp (the same code otherwise).
 void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,
                            cudaStream_t stream);
 

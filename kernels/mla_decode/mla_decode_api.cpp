@@ -465,6 +465,8 @@ void launch_decode(const MlaDecodeParams& params, uint64_t* timeline, uint64_t* 
   }
   if (!fused_combine) {
     mark_phase("combine", stream);
+    if (timeline != nullptr)
+      args.combine_timeline = timeline + decode_timeline_combine_word(grid_ctas, 0);
     decode::launch_combine_kernel(args, launched_combine_kind(params, fast), stream);
   }
 }
@@ -475,11 +477,23 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream) {
   launch_decode(params, nullptr, nullptr, stream);
 }
 
+int64_t decode_timeline_split_ctas(const MlaDecodeParams& params) {
+  return decode_grid_ctas(
+      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms),
+      params.num_heads_kv);
+}
+
+int64_t decode_timeline_combine_ctas(const MlaDecodeParams& params) {
+  const decode::CombineGrid grid = decode::combine_grid(
+      params,
+      decode_launch_shape(params.seqlen_q, params.num_heads_q, params.num_heads_kv, params.num_sms),
+      launched_combine_kind(params, params.kernel == MlaDecodeKernel::kFast));
+  return grid.x * grid.y;
+}
+
 int64_t mla_decode_timeline_words(const MlaDecodeParams& params) {
-  return decode_grid_ctas(decode_launch_shape(params.seqlen_q, params.num_heads_q,
-                                              params.num_heads_kv, params.num_sms),
-                          params.num_heads_kv) *
-         (2 * kDecodeTimelineSlots + 1);
+  return decode_timeline_combine_word(decode_timeline_split_ctas(params),
+                                      decode_timeline_combine_ctas(params));
 }
 
 namespace {

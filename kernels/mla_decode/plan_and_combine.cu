@@ -135,11 +135,25 @@ __device__ __forceinline__ float warp_max(int count, int lane, const Value& valu
   return result;
 }
 
+// kTimeline: thread 0 stamps this CTA's combine timeline slot `slot` (%globaltimer).
+template <bool kTimeline>
+__device__ __forceinline__ void combine_stamp(const DecodeKernelArgs& args, int slot) {
+  if constexpr (kTimeline) {
+    ptx::st_global_u64_if(
+        threadIdx.x == 0,
+        args.combine_timeline +
+            (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * kDecodeCombineTimelineSlots + slot,
+        ptx::global_timer_ns());
+  }
+}
+
 // One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
 // kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged by
-// their log-sum-exp.
+// their log-sum-exp. kTimeline: the diagnostic instantiation that stamps (combine_stamp).
+template <bool kTimeline>
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  combine_stamp<kTimeline>(args, 0);
   constexpr int kColumnsPerWarp = kDimV;
   constexpr int kSlices = 1;
   constexpr int kColsPerLanePass = 4;                                 // one float4
@@ -159,7 +173,11 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
   // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
   // finished without waiting could let the stream's next kernel overtake the split grid.
   ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
-  if (num_splits == 1) return;
+  combine_stamp<kTimeline>(args, 1);
+  if (num_splits == 1) {
+    combine_stamp<kTimeline>(args, 2);
+    return;
+  }
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
@@ -213,6 +231,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     *reinterpret_cast<uint2*>(out_row + (pass * 32 + lane) * kColsPerLanePass) = packed;
   }
   if (lane == 0 && column0 == 0) *lse_out = lse_final;
+  combine_stamp<kTimeline>(args, 2);
 }
 
 // kFast's combine for small batches, sliced: one CTA of 256 threads per (sequence, kv head, row,
@@ -222,9 +241,10 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 // (from the first round's loads), so each split's weight is final when it is added. The
 // teams' sums meet in shared memory. kSlices (1, 2, 4 or 8) is picked on the host so that the grid
 // has about one CTA per SM (sliced_combine_slices()).
-template <int kSlices>
+template <int kSlices, bool kTimeline>
 __global__ void __launch_bounds__(kThreads)
     mla_decode_combine_sliced_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  combine_stamp<kTimeline>(args, 0);
   constexpr int kColumns = kDimV / kSlices;             // this CTA's output columns
   constexpr int kTeamWidth = kColumns / kMergeColumns;  // threads per split: 64 / kSlices
   constexpr int kTeams = kThreads / kTeamWidth;         // splits merged at once: 4 · kSlices
@@ -243,7 +263,11 @@ __global__ void __launch_bounds__(kThreads)
   const int num_splits = plan.num_splits(batch_index);
   const int split0 = plan.split_begin()[batch_index];
   ptx::wait_for_preceding_grid();  // before any return (see mla_decode_combine_kernel)
-  if (num_splits == 1) return;     // the split-KV kernel wrote out and lse itself
+  combine_stamp<kTimeline>(args, 1);
+  if (num_splits == 1) {  // the split-KV kernel wrote out and lse itself
+    combine_stamp<kTimeline>(args, 2);
+    return;
+  }
 
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
@@ -330,6 +354,7 @@ __global__ void __launch_bounds__(kThreads)
     p.lse[(static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s] =
         total > 0.f ? max_lse + logf(total) : INFINITY;
   }
+  combine_stamp<kTimeline>(args, 2);
 }
 
 }  // namespace
@@ -349,30 +374,42 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 
-void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,
-                           cudaStream_t stream) {
-  const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
+namespace {
+
+template <bool kTimeline>
+void launch_combine(const DecodeKernelArgs& args, DecodeCombineLaunch how, cudaStream_t stream) {
+  const CombineGrid g = combine_grid(args.params, args.shape, how);
+  const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   if (how == DecodeCombineLaunch::kSliced) {
-    const int slices =
-        sliced_combine_slices(int64_t(args.params.batch) * rows, args.params.num_sms);
-    const dim3 grid(rows * slices, args.params.batch);
-    auto* kernel = slices == 8   ? &mla_decode_combine_sliced_kernel<8>
-                   : slices == 4 ? &mla_decode_combine_sliced_kernel<4>
-                   : slices == 2 ? &mla_decode_combine_sliced_kernel<2>
-                                 : &mla_decode_combine_sliced_kernel<1>;
+    const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
+    const int slices = static_cast<int>(g.x / rows);
+    auto* kernel = slices == 8   ? &mla_decode_combine_sliced_kernel<8, kTimeline>
+                   : slices == 4 ? &mla_decode_combine_sliced_kernel<4, kTimeline>
+                   : slices == 2 ? &mla_decode_combine_sliced_kernel<2, kTimeline>
+                                 : &mla_decode_combine_sliced_kernel<1, kTimeline>;
     launch_programmatic_dependent(kernel, grid, dim3(kThreads), 0, stream, args);
     MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
     return;
   }
-  const dim3 grid((rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, args.params.batch);
   if (how == DecodeCombineLaunch::kPerRowDependent) {
-    launch_programmatic_dependent(mla_decode_combine_kernel, grid, dim3(kCombineRowsPerBlock * 32),
-                                  0, stream, args);
+    launch_programmatic_dependent(mla_decode_combine_kernel<kTimeline>, grid,
+                                  dim3(kCombineRowsPerBlock * 32), 0, stream, args);
     MLA_CHECK_LAUNCH("mla_decode_combine (programmatic dependent launch)");
     return;
   }
-  mla_decode_combine_kernel<<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
+  mla_decode_combine_kernel<kTimeline><<<grid, kCombineRowsPerBlock * 32, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_combine");
+}
+
+}  // namespace
+
+void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,
+                           cudaStream_t stream) {
+  if (args.combine_timeline != nullptr) {
+    launch_combine<true>(args, how, stream);
+  } else {
+    launch_combine<false>(args, how, stream);
+  }
 }
 
 }  // namespace decode

@@ -277,7 +277,7 @@ TEST(MlaDecodeArgs, PairTraceSizeAndPiece) {
   p.combine = MlaDecodeCombine::kLaunched;
   for (int sms : {1, 8, 132}) {
     p.num_sms = sms;
-    const int64_t ctas = mla_decode_timeline_words(p) / (2 * kDecodeTimelineSlots + 1);
+    const int64_t ctas = decode_timeline_split_ctas(p);
     EXPECT_GE(ctas, 1);
     EXPECT_EQ(decode_pair_trace_words(p), ctas * kDecodePairTraceWords) << "num_sms " << sms;
   }
@@ -287,6 +287,27 @@ TEST(MlaDecodeArgs, PairTraceSizeAndPiece) {
     ADD_FAILURE() << "a negative piece number was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("negative"), std::string::npos) << e.what();
+  }
+}
+
+// The timeline's words: the split CTAs' stamps and SM words, then the launched combine's CTAs
+// (one warp per row, 8 rows a CTA; or the sliced combine's rows × slices for small batches).
+TEST(MlaDecodeArgs, TimelineWordsCoverTheCombine) {
+  MlaDecodeParams p = valid_params();  // s_q = 2
+  p.kernel = MlaDecodeKernel::kFast;
+  p.num_heads_q = 128;
+  p.combine = MlaDecodeCombine::kLaunched;
+  for (int batch : {1, 3, 200}) {
+    p.batch = batch;
+    const int64_t split = decode_timeline_split_ctas(p);
+    const int64_t combine = decode_timeline_combine_ctas(p);
+    const int64_t rows = int64_t(p.seqlen_q) * p.num_heads_q;  // h_kv · rows per kv head
+    EXPECT_GE(combine, batch * ((rows + 7) / 8)) << "batch " << batch;
+    EXPECT_LE(combine, batch * rows * 8) << "batch " << batch;
+    EXPECT_EQ(mla_decode_timeline_words(p),
+              split * (2 * kDecodeTimelineSlots + 1) + combine * kDecodeCombineTimelineSlots);
+    EXPECT_EQ(decode_timeline_combine_word(split, 1) - decode_timeline_combine_word(split, 0),
+              kDecodeCombineTimelineSlots);
   }
 }
 

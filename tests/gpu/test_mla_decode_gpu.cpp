@@ -638,8 +638,9 @@ void check_timeline(int heads, const KernelChoice& choice, const std::string& la
   const std::vector<uint64_t> stamps = timeline.to_host();
   constexpr int kSlots = kernels::kDecodeTimelineSlots;
   int with_work = 0;
-  const int64_t ctas = words / (2 * kSlots + 1);
-  ASSERT_EQ(ctas * (2 * kSlots + 1), words) << label;
+  const int64_t ctas = kernels::decode_timeline_split_ctas(gpu.decode_params());
+  const int64_t combine_ctas = kernels::decode_timeline_combine_ctas(gpu.decode_params());
+  ASSERT_EQ(kernels::decode_timeline_combine_word(ctas, combine_ctas), words) << label;
   // After the stamps, the SM of each CTA: an SM id (%smid need not be contiguous, so the bound
   // is loose), and not one SM for the whole grid.
   const uint64_t* sm_of_cta = stamps.data() + ctas * 2 * kSlots;
@@ -666,6 +667,24 @@ void check_timeline(int heads, const KernelChoice& choice, const std::string& la
     }
   }
   EXPECT_GT(with_work, 1) << label << ": the 3000-token sequence splits over several CTAs";
+
+  // The launched combine's CTAs: each stamps its start, its release from the wait for the split
+  // grid and its end, in that order, and no release comes before a split CTA's exit (the wait is
+  // for the whole grid); the fused combine launches none, and its words stay 0.
+  uint64_t last_split_exit = 0;
+  for (int64_t cta = 0; cta < ctas; ++cta)
+    last_split_exit = std::max(last_split_exit, stamps[size_t(cta * 2 * kSlots + kSlots - 1)]);
+  const bool launched = choice.combine != MlaDecodeCombine::kFused;
+  for (int64_t c = 0; c < combine_ctas; ++c) {
+    const uint64_t* t = stamps.data() + kernels::decode_timeline_combine_word(ctas, c);
+    const std::string where = fmt::format("{}: combine CTA {}", label, c);
+    for (int slot = 0; slot < kernels::kDecodeCombineTimelineSlots; ++slot)
+      EXPECT_EQ(t[slot] != 0, launched) << where << ", slot " << slot;
+    if (!launched) continue;
+    EXPECT_LE(t[0], t[1]) << where;
+    EXPECT_LE(t[1], t[2]) << where;
+    EXPECT_GE(t[1], last_split_exit) << where << ": released before the split grid's last exit";
+  }
 }
 
 TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {

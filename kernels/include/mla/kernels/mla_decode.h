@@ -184,15 +184,28 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 // in order: entry, first piece known, the first piece's queries loaded, its first page landed (the
 // seesaw's pairs order: the first page's half that warpgroup 0's S reads first), the last piece's
 // pages computed, its output stored, exit. It runs a separate instantiation of the same body (the
-// production kernels are unchanged); the combine kernels record nothing.
+// production kernels are unchanged). After the SM words, the launched combine's CTAs (blockIdx.y ·
+// gridDim.x + blockIdx.x; also separate instantiations) each stamp kDecodeCombineTimelineSlots
+// %globaltimer values at decode_timeline_combine_word(): its start, past its wait for the split
+// grid, and its first warp's end (a warp with nothing to merge ends right after the wait); with
+// the fused combine, which launches none, those words stay 0.
 inline constexpr int kDecodeTimelineSlots = 7;
-int64_t mla_decode_timeline_words(const MlaDecodeParams& params);  // CTAs · (2 · slots + 1)
+inline constexpr int kDecodeCombineTimelineSlots = 3;
+// split CTAs · (2 · slots + 1) + combine CTAs · combine slots.
+int64_t mla_decode_timeline_words(const MlaDecodeParams& params);
+// The split-KV grid's CTAs, and the launched combine's (whether or not this launch fuses it).
+int64_t decode_timeline_split_ctas(const MlaDecodeParams& params);
+int64_t decode_timeline_combine_ctas(const MlaDecodeParams& params);
 // Where CTA `cta` (of `ctas`) of a timeline finds its stamps, and the word holding its SM id.
 MLA_HOST_DEVICE int64_t decode_timeline_stamps_word(int64_t cta) {
   return cta * 2 * kDecodeTimelineSlots;
 }
 MLA_HOST_DEVICE int64_t decode_timeline_sm_word(int64_t ctas, int64_t cta) {
   return ctas * 2 * kDecodeTimelineSlots + cta;
+}
+// Where combine CTA `combine_cta` finds its stamps, after a split grid of `split_ctas`.
+MLA_HOST_DEVICE int64_t decode_timeline_combine_word(int64_t split_ctas, int64_t combine_cta) {
+  return split_ctas * (2 * kDecodeTimelineSlots + 1) + combine_cta * kDecodeCombineTimelineSlots;
 }
 bool decode_timeline_applies(const MlaDecodeParams& params);
 void launch_mla_decode_with_timeline(const MlaDecodeParams& params, uint64_t* timeline,
