@@ -17,9 +17,10 @@ namespace {
 constexpr int kPairs = kernels::kDecodePairTracePairs;
 constexpr int kEvents = kernels::kDecodePairTraceEvents;
 
-// One run: medians over pairs i ≥ 1 that have every event of both warpgroups and whose next pair
-// started (pair 0 starts the pipeline; the last recorded pair has no next start).
-DecodePairTrace summarize_run(const std::vector<uint64_t>& t) {
+// One CTA's run, from its kernels::kDecodePairTracePairWords pair words `t`: medians over pairs
+// i ≥ 1 that have every event of both warpgroups and whose next pair started (pair 0 starts the
+// pipeline; the last recorded pair has no next start).
+DecodePairTrace summarize_run(const uint64_t* t) {
   auto at = [&](int group, int pair, int event) {
     return t[(size_t(group) * kPairs + pair) * kEvents + event];
   };
@@ -102,12 +103,10 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
     const std::vector<uint64_t> all = trace.to_host(stream);
     int recorded = 0;
     for (int64_t cta = 0; cta < ctas; ++cta) {
-      const auto first = all.begin() + cta * kernels::kDecodePairTraceWords;
       CtaPieces cta_pieces = summarize_pieces(all.data() + cta * kernels::kDecodePairTraceWords +
                                               kernels::kDecodePairTracePairWords);
       if (!cta_pieces.pieces.empty()) pieces_per_cta_run.push_back(std::move(cta_pieces));
-      const DecodePairTrace one =
-          summarize_run(std::vector<uint64_t>(first, first + kernels::kDecodePairTracePairWords));
+      const DecodePairTrace one = summarize_run(all.data() + cta * kernels::kDecodePairTraceWords);
       if (one.pairs == 0) continue;
       ++recorded;
       per_cta_run.push_back(one);
@@ -139,12 +138,10 @@ DecodePairTrace capture_decode_pair_trace(const kernels::MlaDecodeParams& params
       using Piece = DecodePairTrace::Piece;
       Piece m;
       m.ctas = static_cast<int>((kth.size() + size_t(runs) - 1) / size_t(runs));
-      m.pages = median_over(kth, [](const Piece& x) { return x.pages; });
-      m.queries_cycles = median_over(kth, [](const Piece& x) { return x.queries_cycles; });
-      m.first_page_cycles = median_over(kth, [](const Piece& x) { return x.first_page_cycles; });
-      m.pairs_cycles = median_over(kth, [](const Piece& x) { return x.pairs_cycles; });
-      m.cycles_per_pair = median_over(kth, [](const Piece& x) { return x.cycles_per_pair; });
-      m.epilogue_cycles = median_over(kth, [](const Piece& x) { return x.epilogue_cycles; });
+      for (double Piece::*field :
+           {&Piece::pages, &Piece::queries_cycles, &Piece::first_page_cycles, &Piece::pairs_cycles,
+            &Piece::cycles_per_pair, &Piece::epilogue_cycles})
+        m.*field = median_over(kth, [&](const Piece& x) { return x.*field; });
       if (!with_next.empty())
         m.to_next_cycles = median_over(with_next, [](const Piece& x) { return x.to_next_cycles; });
       result.pieces.push_back(m);

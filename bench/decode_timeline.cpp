@@ -156,7 +156,7 @@ DecodeTimeline summarize_run(const std::vector<uint64_t>& words, size_t ctas, si
     if (ns[exit] > ns[0] && clk[exit] > clk[0])
       clock_mhz.push_back(double(clk[exit] - clk[0]) / double(ns[exit] - ns[0]) * 1e3);
   }
-  if (!clock_mhz.empty()) run.sm_clock_mhz = median(clock_mhz);
+  if (!clock_mhz.empty()) run.clock64_rate_mhz = median(clock_mhz);
 
   // The launched combine's CTAs (none stamp when the combine is fused).
   std::array<std::vector<double>, kCombineSlots> combine;
@@ -230,7 +230,7 @@ DecodeTimeline capture_decode_timeline(const kernels::MlaDecodeParams& params, i
   DecodeTimeline result = per_run.front();
   auto median_of = [&](const auto& get) { return median_over(per_run, get); };
   result.op_end_us = median_of([](const DecodeTimeline& t) { return t.op_end_us; });
-  result.sm_clock_mhz = median_of([](const DecodeTimeline& t) { return t.sm_clock_mhz; });
+  result.clock64_rate_mhz = median_of([](const DecodeTimeline& t) { return t.clock64_rate_mhz; });
   result.combine_ctas =
       static_cast<int>(median_of([](const DecodeTimeline& t) { return double(t.combine_ctas); }));
   for (int slot = 0; slot < kCombineSlots; ++slot)
@@ -278,7 +278,7 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
                       timeline.op_end_us);
   text += fmt::format(
       "  clock64 rate from entry to exit (cycles over %globaltimer ns, median CTA): {:.0f} MHz\n",
-      timeline.sm_clock_mhz);
+      timeline.clock64_rate_mhz);
   if (timeline.combine_ctas > 0) {
     text += fmt::format("  combine, {} CTAs (min / median / max over them; its first warp's end):",
                         timeline.combine_ctas);

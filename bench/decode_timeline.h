@@ -27,7 +27,7 @@ struct DecodeTimeline {
   // work, then over runs), MHz. Read as the SM clock only where the SMs never wait: whether
   // clock64 advances while an SM waits is not settled (docs/kernels/mla_decode.md, "Twenty-fourth
   // session", item 4).
-  double sm_clock_mhz = 0;
+  double clock64_rate_mhz = 0;
   // The launched combine's CTAs that stamped (0 with the fused combine), and per combine slot
   // (start, past the wait for the split grid, its first warp's end) {min, median, max} µs after
   // the stamp before the op.

@@ -90,16 +90,19 @@ MLA_HOST_DEVICE int sliced_combine_slices(int64_t rows_in_batch, int num_sms) {
   return slices;
 }
 
-// The launched combine's grid: {row blocks or rows × column slices, b}.
+// The launched combine's grid: {row blocks, or rows × column slices (the sliced combine's
+// `slices`; 1 otherwise), b}.
 struct CombineGrid {
   int64_t x = 0, y = 0;
+  int slices = 1;
 };
 inline CombineGrid combine_grid(const MlaDecodeParams& params, const DecodeLaunchShape& shape,
                                 DecodeCombineLaunch how) {
   const int64_t rows = int64_t(params.num_heads_kv) * shape.rows_per_kv_head;
-  if (how == DecodeCombineLaunch::kSliced)
-    return {rows * sliced_combine_slices(int64_t(params.batch) * rows, params.num_sms),
-            params.batch};
+  if (how == DecodeCombineLaunch::kSliced) {
+    const int slices = sliced_combine_slices(int64_t(params.batch) * rows, params.num_sms);
+    return {rows * slices, params.batch, slices};
+  }
   return {(rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, params.batch};
 }
 

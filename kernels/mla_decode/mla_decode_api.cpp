@@ -568,10 +568,7 @@ bool decode_pair_trace_applies(const MlaDecodeParams& params) {
 }
 
 int64_t decode_pair_trace_words(const MlaDecodeParams& params) {
-  return decode_grid_ctas(decode_launch_shape(params.seqlen_q, params.num_heads_q,
-                                              params.num_heads_kv, params.num_sms),
-                          params.num_heads_kv) *
-         kDecodePairTraceWords;
+  return decode_timeline_split_ctas(params) * kDecodePairTraceWords;
 }
 
 void launch_mla_decode_with_pair_trace(const MlaDecodeParams& params, uint64_t* trace,

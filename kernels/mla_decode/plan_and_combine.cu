@@ -381,12 +381,10 @@ void launch_combine(const DecodeKernelArgs& args, DecodeCombineLaunch how, cudaS
   const CombineGrid g = combine_grid(args.params, args.shape, how);
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   if (how == DecodeCombineLaunch::kSliced) {
-    const int rows = args.params.num_heads_kv * args.shape.rows_per_kv_head;
-    const int slices = static_cast<int>(g.x / rows);
-    auto* kernel = slices == 8   ? &mla_decode_combine_sliced_kernel<8, kTimeline>
-                   : slices == 4 ? &mla_decode_combine_sliced_kernel<4, kTimeline>
-                   : slices == 2 ? &mla_decode_combine_sliced_kernel<2, kTimeline>
-                                 : &mla_decode_combine_sliced_kernel<1, kTimeline>;
+    auto* kernel = g.slices == 8   ? &mla_decode_combine_sliced_kernel<8, kTimeline>
+                   : g.slices == 4 ? &mla_decode_combine_sliced_kernel<4, kTimeline>
+                   : g.slices == 2 ? &mla_decode_combine_sliced_kernel<2, kTimeline>
+                                   : &mla_decode_combine_sliced_kernel<1, kTimeline>;
     launch_programmatic_dependent(kernel, grid, dim3(kThreads), 0, stream, args);
     MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
     return;

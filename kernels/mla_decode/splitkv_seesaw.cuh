@@ -188,7 +188,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   stamp(kTimelineEntry, true);
   // kTrace: thread 0's field `field` of its piece number `piece_number` (the piece trace, every
-  // piece up to kDecodePieceTracePieces): clock64, or `value` itself when given.
+  // piece up to kDecodePieceTracePieces): clock64, or `value` itself when given. Its call sites are
+  // guarded by `if constexpr (kTrace)` as well: with the arguments evaluated in the production
+  // instantiations, ptxas renamed registers in the fused pairs body.
   auto piece_stamp = [&](uint32_t piece_number, int field, bool when, int64_t value = -1) {
     if constexpr (kTrace) {
       uint64_t* const words = args.pair_trace +
