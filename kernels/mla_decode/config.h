@@ -29,6 +29,8 @@ inline constexpr int kColsPerWarpO = kDimV / kWarps;        // 64 output columns
 inline constexpr int kKSteps = kDimQK / 16;                 // 36 k16 steps for S
 inline constexpr int kNTilesO = kColsPerWarpO / 8;          // 8 n8 tiles of O per warp
 inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row in the combine
+inline constexpr int kCombineOneWaveBlocksPerSm = 4;        // its one-wave form: CTAs an SM
+inline constexpr int kCombineListChunk = 1024;  // one-wave combine: sequences listed at once
 inline constexpr int kPlanThreads = 1024;
 inline constexpr int kSliceSplitsPerThread = 8;  // sliced combine: loads in flight per thread
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2

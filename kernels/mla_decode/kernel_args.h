@@ -3,6 +3,8 @@
 
 #include <cuda.h>
 
+#include <algorithm>
+
 #include "mla/kernels/mla_decode.h"
 #include "mla_decode/config.h"
 
@@ -78,9 +80,10 @@ MLA_HOST_DEVICE int last_visible_key(const DecodeKernelArgs& args, int r, int se
 }
 
 // How the launched combine runs: one warp per row (kBaseline), the same as a programmatic
-// dependent of the split-KV grid (kFast), or kFast's sliced kernel for small batches (also
+// dependent of the split-KV grid, kFast's one-wave form of it (warps striding over the rows of the
+// sequences that need a merge; also dependent), or kFast's sliced kernel for small batches (also
 // dependent; a CTA per row and column slice).
-enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kSliced };
+enum class DecodeCombineLaunch { kPerRow, kPerRowDependent, kOneWaveDependent, kSliced };
 
 // The sliced combine's column slices (1, 2, 4 or 8): the fewest that give the grid at least one
 // CTA per SM (rows_in_batch = b · h_kv · rows per kv head).
@@ -91,7 +94,8 @@ MLA_HOST_DEVICE int sliced_combine_slices(int64_t rows_in_batch, int num_sms) {
 }
 
 // The launched combine's grid: {row blocks, or rows × column slices (the sliced combine's
-// `slices`; 1 otherwise), b}.
+// `slices`; 1 otherwise), b}; the one-wave form's {row blocks of the whole batch, at most
+// kCombineOneWaveBlocksPerSm a SM, 1}.
 struct CombineGrid {
   int64_t x = 0, y = 0;
   int slices = 1;
@@ -102,6 +106,13 @@ inline CombineGrid combine_grid(const MlaDecodeParams& params, const DecodeLaunc
   if (how == DecodeCombineLaunch::kSliced) {
     const int slices = sliced_combine_slices(int64_t(params.batch) * rows, params.num_sms);
     return {rows * slices, params.batch, slices};
+  }
+  if (how == DecodeCombineLaunch::kOneWaveDependent) {
+    const int64_t blocks =
+        (int64_t(params.batch) * rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock;
+    return {std::max<int64_t>(
+                1, std::min<int64_t>(blocks, int64_t(params.num_sms) * kCombineOneWaveBlocksPerSm)),
+            1};
   }
   return {(rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, params.batch};
 }

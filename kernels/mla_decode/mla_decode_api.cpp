@@ -83,7 +83,8 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
 
 // The launched combine's kernel: kFast's sliced one for small batches (the thresholds
 // overridable for measuring: MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ,
-// MLA_DECODE_SMALL_BATCH_MAX_ROWS), else one warp per row, both as programmatic dependents.
+// MLA_DECODE_SMALL_BATCH_MAX_ROWS), else one warp per row in one wave of CTAs (the grid of a CTA
+// per 8 rows of every sequence with MLA_DECODE_COMBINE_ONE_WAVE=0), all as programmatic dependents.
 decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params, bool fast) {
   using decode::DecodeCombineLaunch;
   if (!fast) return DecodeCombineLaunch::kPerRow;
@@ -93,10 +94,12 @@ decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params,
   static const int64_t max_rows =
       integer_from_environment("MLA_DECODE_SMALL_BATCH_MAX_ROWS", 0, int64_t(1) << 40)
           .value_or(kSmallBatchMaxRows);
-  return decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q,
-                               params.num_heads_kv, params.num_sms, min_parts, max_rows)
-             ? DecodeCombineLaunch::kSliced
-             : DecodeCombineLaunch::kPerRowDependent;
+  static const bool one_wave =
+      integer_from_environment("MLA_DECODE_COMBINE_ONE_WAVE", 0, 1).value_or(1) != 0;
+  if (decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv,
+                            params.num_sms, min_parts, max_rows))
+    return DecodeCombineLaunch::kSliced;
+  return one_wave ? DecodeCombineLaunch::kOneWaveDependent : DecodeCombineLaunch::kPerRowDependent;
 }
 
 // The queries as a map for the seesaw's query tiles (kernel_args.h): {576 columns, heads of a kv

@@ -147,43 +147,20 @@ __device__ __forceinline__ void combine_stamp(const DecodeKernelArgs& args, int 
   }
 }
 
-// One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
-// kernel; with none (seqlen 0) they get out = 0, lse = +inf; with more, the partials are merged by
-// their log-sum-exp. kTimeline: the diagnostic instantiation that stamps (combine_stamp).
-template <bool kTimeline>
-__global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
-    mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
-  combine_stamp<kTimeline>(args, 0);
-  constexpr int kColumnsPerWarp = kDimV;
-  constexpr int kSlices = 1;
-  constexpr int kColsPerLanePass = 4;                                 // one float4
-  constexpr int kPasses = kColumnsPerWarp / (32 * kColsPerLanePass);  // 4
+// One warp merges row `row_index` (kv head · rows per kv head + r) of sequence `batch_index`, whose
+// num_splits (not 1) partials start at split0: merged by their log-sum-exp; with none (seqlen 0)
+// out = 0, lse = +inf.
+__device__ __forceinline__ void merge_row(const DecodeKernelArgs& args, int batch_index,
+                                          int row_index, int num_splits, int split0, int lane) {
+  constexpr int kColsPerLanePass = 4;                       // one float4
+  constexpr int kPasses = kDimV / (32 * kColsPerLanePass);  // 4
   const MlaDecodeParams& p = args.params;
-  const int lane = threadIdx.x & 31;
-  const int warp_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
   const int rows_total = args.shape.rows_per_kv_head;
-  if (warp_index >= p.num_heads_kv * rows_total * kSlices) return;
-  const int row_index = warp_index / kSlices;
-  const int column0 = (warp_index % kSlices) * kColumnsPerWarp;
-  const int batch_index = blockIdx.y;
-  // The plan was written before the split-KV grid started, so it is read before waiting for it.
-  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
-  const int num_splits = plan.num_splits(batch_index);
-  const int split0 = plan.split_begin()[batch_index];
-  // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
-  // finished without waiting could let the stream's next kernel overtake the split grid.
-  ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
-  combine_stamp<kTimeline>(args, 1);
-  if (num_splits == 1) {
-    combine_stamp<kTimeline>(args, 2);
-    return;
-  }
-
   const int kv_head = row_index / rows_total;
   const int r = row_index % rows_total;
   const auto [s, head] = query_row(args, kv_head, r);
   auto* out_row = reinterpret_cast<__nv_bfloat16*>(p.out) + batch_index * p.out_batch_stride +
-                  s * p.out_seq_stride + head * p.out_head_stride + column0;
+                  s * p.out_seq_stride + head * p.out_head_stride;
   float* lse_out =
       p.lse + (static_cast<int64_t>(batch_index) * p.num_heads_q + head) * p.seqlen_q + s;
 
@@ -209,7 +186,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
       const int64_t index = partial_index(k);
       const float weight = expf(args.partial_lse[index] - max_lse) * inv_sum;
       if (weight == 0.f) continue;  // an empty piece: its partial is 0 (and may be skipped)
-      const float* partial = args.partial_out + index * kDimV + column0;
+      const float* partial = args.partial_out + index * kDimV;
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
         const float4 v =
@@ -230,7 +207,85 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
     packed.y = *reinterpret_cast<uint32_t*>(&hi);
     *reinterpret_cast<uint2*>(out_row + (pass * 32 + lane) * kColsPerLanePass) = packed;
   }
-  if (lane == 0 && column0 == 0) *lse_out = lse_final;
+  if (lane == 0) *lse_out = lse_final;
+}
+
+// One warp per (sequence, kv head, row). Sequences with one split were written by the split-KV
+// kernel; the others are merged (merge_row). kTimeline: the diagnostic instantiation that stamps
+// (combine_stamp).
+template <bool kTimeline>
+__global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
+    mla_decode_combine_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  combine_stamp<kTimeline>(args, 0);
+  const MlaDecodeParams& p = args.params;
+  const int lane = threadIdx.x & 31;
+  const int row_index = blockIdx.x * kCombineRowsPerBlock + (threadIdx.x >> 5);
+  if (row_index >= p.num_heads_kv * args.shape.rows_per_kv_head) return;
+  const int batch_index = blockIdx.y;
+  // The plan was written before the split-KV grid started, so it is read before waiting for it.
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  const int num_splits = plan.num_splits(batch_index);
+  const int split0 = plan.split_begin()[batch_index];
+  // Before any return: the split-KV grid triggers its dependents at its start, so a combine that
+  // finished without waiting could let the stream's next kernel overtake the split grid.
+  ptx::wait_for_preceding_grid();  // when launched as a programmatic dependent (kFast)
+  combine_stamp<kTimeline>(args, 1);
+  if (num_splits == 1) {
+    combine_stamp<kTimeline>(args, 2);
+    return;
+  }
+  merge_row(args, batch_index, row_index, num_splits, split0, lane);
+  combine_stamp<kTimeline>(args, 2);
+}
+
+// kFast's combine for batches that are not small: one wave of CTAs (kCombineOneWaveBlocksPerSm a
+// SM, combine_grid()) whose warps stride over the rows of the sequences that need a merge (those
+// not in one piece), instead of a CTA per 8 rows of every sequence. Each CTA lists those sequences
+// from the plan, kCombineListChunk at a time, before it waits for the split-KV grid; a warp then
+// takes the list's rows w, w + warps, ... (rows of a sequence consecutive). With a CTA per 8 rows
+// of every sequence the grid ran in several waves (four at b = 128, h_q = 128), most of whose CTAs
+// only waited and returned, and the split sequences' rows waited for the waves before them.
+template <bool kTimeline>
+__global__ void __launch_bounds__(kCombineRowsPerBlock * 32, kCombineOneWaveBlocksPerSm)
+    mla_decode_combine_one_wave_kernel(const __grid_constant__ DecodeKernelArgs args) {
+  combine_stamp<kTimeline>(args, 0);
+  constexpr int kBlockThreads = kCombineRowsPerBlock * 32;
+  using BlockScan = cub::BlockScan<int, kBlockThreads>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ int listed[kCombineListChunk];
+  const MlaDecodeParams& p = args.params;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * kCombineRowsPerBlock;
+  const int64_t warp = int64_t(blockIdx.x) * kCombineRowsPerBlock + (threadIdx.x >> 5);
+  const int rows_in_seq = p.num_heads_kv * args.shape.rows_per_kv_head;
+  const DecodePlanView plan{args.plan, p.batch, args.shape.num_parts};
+  const int32_t* split_begin = plan.split_begin();
+  bool waited = false;
+  for (int chunk0 = 0; chunk0 < p.batch || !waited; chunk0 += kCombineListChunk) {
+    // This chunk's sequences to merge, in order (the plan precedes the split-KV grid).
+    const int chunk_end = min(p.batch, chunk0 + kCombineListChunk);
+    int count = 0;
+    for (int base = chunk0; base < chunk_end; base += kBlockThreads) {
+      const int seq = base + static_cast<int>(threadIdx.x);
+      const int needs_merge = seq < chunk_end && plan.num_splits(seq) != 1 ? 1 : 0;
+      int position, total;
+      BlockScan(scan_storage).ExclusiveSum(needs_merge, position, total);
+      if (needs_merge) listed[count + position] = seq;
+      count += total;
+      __syncthreads();  // scan_storage is reused
+    }
+    if (!waited) {  // before any return (see mla_decode_combine_kernel)
+      ptx::wait_for_preceding_grid();
+      combine_stamp<kTimeline>(args, 1);
+      waited = true;
+    }
+    for (int64_t item = warp; item < int64_t(count) * rows_in_seq; item += warps) {
+      const int seq = listed[item / rows_in_seq];
+      merge_row(args, seq, static_cast<int>(item % rows_in_seq), plan.num_splits(seq),
+                split_begin[seq], lane);
+    }
+    __syncthreads();  // every warp is done with the list before the next chunk's
+  }
   combine_stamp<kTimeline>(args, 2);
 }
 
@@ -387,6 +442,12 @@ void launch_combine(const DecodeKernelArgs& args, DecodeCombineLaunch how, cudaS
                                    : &mla_decode_combine_sliced_kernel<1, kTimeline>;
     launch_programmatic_dependent(kernel, grid, dim3(kThreads), 0, stream, args);
     MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
+    return;
+  }
+  if (how == DecodeCombineLaunch::kOneWaveDependent) {
+    launch_programmatic_dependent(mla_decode_combine_one_wave_kernel<kTimeline>, grid,
+                                  dim3(kCombineRowsPerBlock * 32), 0, stream, args);
+    MLA_CHECK_LAUNCH("mla_decode_combine_one_wave (programmatic dependent launch)");
     return;
   }
   if (how == DecodeCombineLaunch::kPerRowDependent) {

@@ -147,7 +147,7 @@ PY
   for row in ${MLA_AB_TIMELINE:-}; do
     echo "== timeline of the tree, $row"
     build-gpu/mla bench decode --only "$row" --kernel fast --timeline --flashmla-ref '' \
-      2>/dev/null | grep -A9 "^timeline"
+      2>/dev/null | grep -A10 "^timeline"
   done
   for tb in "${builds[@]}"; do
     parse_build "$tb"

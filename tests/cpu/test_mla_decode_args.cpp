@@ -2,6 +2,7 @@
 // rejected with a message naming it, the expected and the actual value.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -291,7 +292,9 @@ TEST(MlaDecodeArgs, PairTraceSizeAndPiece) {
 }
 
 // The timeline's words: the split CTAs' stamps and SM words, then the launched combine's CTAs
-// (one warp per row, 8 rows a CTA; or the sliced combine's rows × slices for small batches).
+// (the sliced combine's rows × slices for small batches; otherwise one warp per row, 8 rows a
+// CTA, in one wave: no more CTAs than the batch's row blocks, nor than 8 an SM, and at least one
+// an SM where there are that many row blocks).
 TEST(MlaDecodeArgs, TimelineWordsCoverTheCombine) {
   MlaDecodeParams p = valid_params();  // s_q = 2
   p.kernel = MlaDecodeKernel::kFast;
@@ -302,8 +305,15 @@ TEST(MlaDecodeArgs, TimelineWordsCoverTheCombine) {
     const int64_t split = decode_timeline_split_ctas(p);
     const int64_t combine = decode_timeline_combine_ctas(p);
     const int64_t rows = int64_t(p.seqlen_q) * p.num_heads_q;  // h_kv · rows per kv head
-    EXPECT_GE(combine, batch * ((rows + 7) / 8)) << "batch " << batch;
-    EXPECT_LE(combine, batch * rows * 8) << "batch " << batch;
+    const int64_t row_blocks = batch * ((rows + 7) / 8);
+    if (batch == 1) {  // small: sliced
+      EXPECT_GE(combine, rows);
+      EXPECT_LE(combine, rows * 8);
+    } else {
+      EXPECT_LE(combine, row_blocks) << "batch " << batch;
+      EXPECT_LE(combine, 8 * p.num_sms) << "batch " << batch;
+      EXPECT_GE(combine, std::min<int64_t>(row_blocks, p.num_sms)) << "batch " << batch;
+    }
     EXPECT_EQ(mla_decode_timeline_words(p),
               split * (2 * kDecodeTimelineSlots + 1) + combine * kDecodeCombineTimelineSlots);
     EXPECT_EQ(decode_timeline_combine_word(split, 1) - decode_timeline_combine_word(split, 0),

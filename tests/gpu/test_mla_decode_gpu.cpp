@@ -2,9 +2,9 @@
 // permuted block tables, NaN in every slot and page a sequence does not own, a huge sentinel id
 // in unused block-table entries, seqlen 0, lengths not multiples of 64, ragged batches, one long
 // sequence among short ones, h_q ∈ {1, 3, 16, 32, 64, 127, 128}, s_q ∈ {1..4}, causal on and off,
-// batch 1..256. Outputs are poisoned first (every element must be written), runs are repeated
-// (bit-identical), a CUDA graph of plan + decode is replayed with changing seqlens, and one
-// workspace serves steps of several shapes, each decoded three times per plan (kFast's fused
+// batch 1..256 and 1,100. Outputs are poisoned first (every element must be written), runs are
+// repeated (bit-identical), a CUDA graph of plan + decode is replayed with changing seqlens, and
+// one workspace serves steps of several shapes, each decoded three times per plan (kFast's fused
 // combine resets its counters). Every test runs both kernels.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -258,6 +258,25 @@ TEST_P(MlaDecodeGpu, BatchSizesOneTo256) {
     spec.seed = rng();
     check_against_reference(spec, GetParam(), fmt::format("batch {}", batch));
   }
+}
+
+TEST_P(MlaDecodeGpu, MoreSequencesThanTheCombineListsAtOnce) {
+  MLA_REQUIRE_SM90_GPU();
+  // 1,100 short sequences (over the one-wave combine's list of 1,024 sequences a round), some
+  // empty: the plan splits ~130 of them at part boundaries. On the device's SMs and on 4 (whose
+  // combine grid is 16 CTAs, so each warp merges many rows).
+  std::mt19937 rng(1100);
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlens = ragged_seqlens(1100, 64, rng);
+  for (int i = 0; i < 1100; i += 97) spec.seqlens[i] = 0;
+  spec.seqlens[1099] = 300;  // the last sequence, in the second round, split where parts are short
+  spec.seed = rng();
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  for (int sms : {0, 4})
+    check_problem_against_reference(
+        problem, GetParam(), fmt::format("1,100 sequences, {} SMs", sms > 0 ? sms : num_sms()),
+        sms);
 }
 
 TEST_P(MlaDecodeGpu, OneLongSequenceAmongShortOnes) {
