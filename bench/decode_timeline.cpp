@@ -280,7 +280,7 @@ std::string format_decode_timeline(const DecodeTimeline& timeline, const std::st
       "  clock64 rate from entry to exit (cycles over %globaltimer ns, median CTA): {:.0f} MHz\n",
       timeline.clock64_rate_mhz);
   if (timeline.combine_ctas > 0) {
-    text += fmt::format("  combine, {} CTAs (min / median / max over them; its first warp's end):",
+    text += fmt::format("  combine, {} CTAs (min / median / max over them; end: thread 0's):",
                         timeline.combine_ctas);
     for (int slot = 0; slot < kCombineSlots; ++slot) {
       const auto& c = timeline.combine_us[size_t(slot)];

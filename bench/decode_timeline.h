@@ -29,8 +29,8 @@ struct DecodeTimeline {
   // session", item 4).
   double clock64_rate_mhz = 0;
   // The launched combine's CTAs that stamped (0 with the fused combine), and per combine slot
-  // (start, past the wait for the split grid, its first warp's end) {min, median, max} µs after
-  // the stamp before the op.
+  // (start, past the wait for the split grid, thread 0's end: its warp's, or the CTA's in the
+  // one-wave combine) {min, median, max} µs after the stamp before the op.
   int combine_ctas = 0;
   std::array<std::array<double, 3>, kernels::kDecodeCombineTimelineSlots> combine_us{};
   // Is a CTA's finish ("pages computed") slow or fast by where it runs? Over the CTAs with work:

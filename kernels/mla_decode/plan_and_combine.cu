@@ -241,10 +241,11 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
 // kFast's combine for batches that are not small: one wave of CTAs (kCombineOneWaveBlocksPerSm a
 // SM, combine_grid()) whose warps stride over the rows of the sequences that need a merge (those
 // not in one piece), instead of a CTA per 8 rows of every sequence. Each CTA lists those sequences
-// from the plan, kCombineListChunk at a time, before it waits for the split-KV grid; a warp then
-// takes the list's rows w, w + warps, ... (rows of a sequence consecutive). With a CTA per 8 rows
-// of every sequence the grid ran in several waves (four at b = 128, h_q = 128), most of whose CTAs
-// only waited and returned, and the split sequences' rows waited for the waves before them.
+// from the plan, kCombineListChunk at a time (the first round before it waits for the split-KV
+// grid, the others after); a warp then takes the list's rows w, w + warps, ... (rows of a sequence
+// consecutive). With a CTA per 8 rows of every sequence the grid ran in several waves (four to
+// eight at b = 128, h_q = 128), most of whose CTAs only waited and returned, and the split
+// sequences' rows waited for the waves before them.
 template <bool kTimeline>
 __global__ void __launch_bounds__(kCombineRowsPerBlock * 32, kCombineOneWaveBlocksPerSm)
     mla_decode_combine_one_wave_kernel(const __grid_constant__ DecodeKernelArgs args) {

@@ -262,21 +262,34 @@ TEST_P(MlaDecodeGpu, BatchSizesOneTo256) {
 
 TEST_P(MlaDecodeGpu, MoreSequencesThanTheCombineListsAtOnce) {
   MLA_REQUIRE_SM90_GPU();
-  // 1,100 short sequences (over the one-wave combine's list of 1,024 sequences a round), some
-  // empty: the plan splits ~130 of them at part boundaries. On the device's SMs and on 4 (whose
-  // combine grid is 16 CTAs, so each warp merges many rows).
+  // 1,100 sequences of up to 2 pages, some empty, and every 25th of 20 pages: over the one-wave
+  // combine's list of 1,024 sequences a round, so its second round lists split and empty
+  // sequences too (checked on the host plan below, so the case cannot silently lose them). On the
+  // device's SMs and on 16 (a combine grid of 64 CTAs, so each warp merges several rows).
   std::mt19937 rng(1100);
   ref::PagedDecodeProblemSpec spec;
   spec.num_heads_q = 16;
-  spec.seqlens = ragged_seqlens(1100, 64, rng);
+  spec.seqlens = ragged_seqlens(1100, 128, rng);
   for (int i = 0; i < 1100; i += 97) spec.seqlens[i] = 0;
-  spec.seqlens[1099] = 300;  // the last sequence, in the second round, split where parts are short
+  for (int i = 12; i < 1100; i += 25) spec.seqlens[i] = 20 * 64 - 3;
   spec.seed = rng();
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
-  for (int sms : {0, 4})
-    check_problem_against_reference(
-        problem, GetParam(), fmt::format("1,100 sequences, {} SMs", sms > 0 ? sms : num_sms()),
-        sms);
+  for (int sms : {num_sms(), 16}) {
+    const int parts =
+        kernels::decode_launch_shape(spec.seqlen_q, spec.num_heads_q, 1, sms).num_parts;
+    const std::vector<int32_t> plan = kernels::make_decode_plan_host(
+        problem.seqlens.data(), problem.batch, parts, problem.max_pages_per_seq);
+    const kernels::DecodePlanView view{plan.data(), problem.batch, parts};
+    int split_in_second_round = 0, empty_in_second_round = 0;
+    for (int seq = 1024; seq < problem.batch; ++seq) {
+      split_in_second_round += view.num_splits(seq) >= 2 ? 1 : 0;
+      empty_in_second_round += view.num_splits(seq) == 0 ? 1 : 0;
+    }
+    ASSERT_GE(split_in_second_round, 1) << sms << " SMs: the case lost its point";
+    ASSERT_GE(empty_in_second_round, 1) << sms << " SMs";
+    check_problem_against_reference(problem, GetParam(),
+                                    fmt::format("1,100 sequences, {} SMs", sms), sms);
+  }
 }
 
 TEST_P(MlaDecodeGpu, OneLongSequenceAmongShortOnes) {
@@ -631,15 +644,20 @@ TEST(MlaDecodeGpuFused, RefusesAGridLargerThanTheDevice) {
 // pages computed ≤ stored ≤ exit on both clocks; a CTA without work stamps entry, first piece and
 // exit. Before each checked run, a run in which every CTA has work leaves its stamps in every
 // SM's shared memory (the 16-row body keeps them there), so a CTA without work that did not clear
-// them would report stale phases. `heads` 16: the 16-row body; more: the seesaw.
-void check_timeline(int heads, const KernelChoice& choice, const std::string& label) {
+// them would report stale phases. `heads` 16: the 16-row body; more: the seesaw. `copies` of the
+// four sequences: 1 is a small batch at 16 and 128 heads (the sliced combine); 2 at 128 heads is
+// not (the one-wave combine).
+void check_timeline(int heads, const KernelChoice& choice, const std::string& label,
+                    int copies = 1) {
   ref::PagedDecodeProblemSpec spec;
   spec.num_heads_q = heads;
-  spec.seqlens = {3000, 0, 70, 1};  // split, empty, two pages, one key
+  ref::PagedDecodeProblemSpec busy_spec = spec;
+  for (int i = 0; i < copies; ++i) {
+    for (int len : {3000, 0, 70, 1}) spec.seqlens.push_back(len);   // split, empty, 2 pages, 1 key
+    for (int k = 0; k < 4; ++k) busy_spec.seqlens.push_back(8192);  // work for every CTA
+  }
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
   bench::GpuDecodeProblem gpu(problem, num_sms());
-  ref::PagedDecodeProblemSpec busy_spec = spec;
-  busy_spec.seqlens = {8192, 8192, 8192, 8192};  // 512 pages: work for every CTA
   bench::GpuDecodeProblem busy(ref::make_paged_decode_problem(busy_spec), num_sms());
   ASSERT_TRUE(kernels::decode_timeline_applies(params_of(gpu, choice))) << label;
   const bench::DecodeOutputs want = run_decode(gpu, choice);
@@ -715,6 +733,8 @@ TEST(MlaDecodeGpuTimeline, SameOutputAndPhasesInOrder) {
     check_timeline(128, {MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched, order},
                    kernels::to_string(order));
   }
+  check_timeline(128, {MlaDecodeKernel::kFast, MlaDecodeCombine::kLaunched},
+                 "8 sequences, the one-wave combine", /*copies=*/2);
 }
 
 // A launch the timeline does not record is refused with a message, not run unrecorded.

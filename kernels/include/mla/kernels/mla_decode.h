@@ -187,8 +187,9 @@ void launch_mla_decode(const MlaDecodeParams& params, cudaStream_t stream);
 // production kernels are unchanged). After the SM words, the launched combine's CTAs (blockIdx.y ·
 // gridDim.x + blockIdx.x; also separate instantiations) each stamp kDecodeCombineTimelineSlots
 // %globaltimer values at decode_timeline_combine_word(): its start, past its wait for the split
-// grid, and its first warp's end (a warp with nothing to merge ends right after the wait); with
-// the fused combine, which launches none, those words stay 0.
+// grid, and thread 0's end: its warp's in the per-row and sliced combines (a warp with nothing to
+// merge ends right after the wait), the whole CTA's in the one-wave combine (after its last
+// barrier); with the fused combine, which launches none, those words stay 0.
 inline constexpr int kDecodeTimelineSlots = 7;
 inline constexpr int kDecodeCombineTimelineSlots = 3;
 // split CTAs · (2 · slots + 1) + combine CTAs · combine slots.
