@@ -106,11 +106,11 @@ int num_sms() {
   return cuda::current_device_info().num_sms;
 }
 
+// `want`: run_reference(problem), computed once by callers that check one problem several times.
 // sms: the plan's and grid's SM count (0: the device's).
-void check_problem_against_reference(const ref::PagedDecodeProblem& problem,
+void check_problem_against_reference(const ref::PagedDecodeProblem& problem, const Reference& want,
                                      const KernelChoice& kernel, const std::string& label,
                                      int sms = 0) {
-  const Reference want = run_reference(problem);
   bench::GpuDecodeProblem gpu(problem, sms > 0 ? sms : num_sms());
   const bench::DecodeOutputs got = run_decode(gpu, kernel);
   const testing::Comparison c = testing::compare_decode(got.out, want.out, got.lse, want.lse);
@@ -129,7 +129,8 @@ void check_problem_against_reference(const ref::PagedDecodeProblem& problem,
 
 void check_against_reference(const ref::PagedDecodeProblemSpec& spec, const KernelChoice& kernel,
                              const std::string& label, int sms = 0) {
-  check_problem_against_reference(ref::make_paged_decode_problem(spec), kernel, label, sms);
+  const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  check_problem_against_reference(problem, run_reference(problem), kernel, label, sms);
 }
 
 std::vector<int32_t> ragged_seqlens(int batch, int max_len, std::mt19937& rng) {
@@ -274,6 +275,7 @@ TEST_P(MlaDecodeGpu, MoreSequencesThanTheCombineListsAtOnce) {
   for (int i = 12; i < 1100; i += 25) spec.seqlens[i] = 20 * 64 - 3;
   spec.seed = rng();
   const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  const Reference want = run_reference(problem);
   for (int sms : {num_sms(), 16}) {
     const int parts =
         kernels::decode_launch_shape(spec.seqlen_q, spec.num_heads_q, 1, sms).num_parts;
@@ -287,7 +289,7 @@ TEST_P(MlaDecodeGpu, MoreSequencesThanTheCombineListsAtOnce) {
     }
     ASSERT_GE(split_in_second_round, 1) << sms << " SMs: the case lost its point";
     ASSERT_GE(empty_in_second_round, 1) << sms << " SMs";
-    check_problem_against_reference(problem, GetParam(),
+    check_problem_against_reference(problem, want, GetParam(),
                                     fmt::format("1,100 sequences, {} SMs", sms), sms);
   }
 }
@@ -432,9 +434,10 @@ TEST_P(MlaDecodeGpu, ScoresRisingPageByPage) {
           key[i] = float_to_bf16(bf16_to_float(key[i]) * gain);
       }
     }
+    const Reference want = run_reference(problem);
     for (const KernelChoice& choice : choices)
       check_problem_against_reference(
-          problem, choice, fmt::format("{}: h_q {}, rising scores", name_of(choice), heads),
+          problem, want, choice, fmt::format("{}: h_q {}, rising scores", name_of(choice), heads),
           /*sms=*/8);
   }
 }
