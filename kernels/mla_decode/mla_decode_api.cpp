@@ -22,7 +22,7 @@ namespace mla::kernels {
 namespace decode {
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
-                        int min_cost_per_part, cudaStream_t stream);
+                        int min_cost_per_part, bool sequence_aligned, cudaStream_t stream);
 }  // namespace decode
 
 namespace {
@@ -153,6 +153,12 @@ int plan_min_cost_per_part(const MlaDecodePlanParams& params) {
   static const int from_environment = static_cast<int>(
       integer_from_environment("MLA_DECODE_MIN_COST_PER_PART", 0, int64_t(1) << 24).value_or(0));
   return from_environment;
+}
+
+bool plan_sequence_aligned(const MlaDecodePlanParams& params) {
+  static const bool from_environment =
+      integer_from_environment("MLA_DECODE_SEQUENCE_ALIGNED", 0, 1).value_or(1) != 0;
+  return params.sequence_aligned && from_environment;
 }
 
 const char* to_string(MlaDecodeCombine combine) {
@@ -360,7 +366,8 @@ void launch_mla_decode_plan(const MlaDecodePlanParams& params, cudaStream_t stre
   auto* base = static_cast<uint8_t*>(params.workspace);
   decode::launch_plan_kernel(params, shape, reinterpret_cast<int32_t*>(base + layout.plan_offset),
                              reinterpret_cast<int32_t*>(base + layout.combine_counters_offset),
-                             layout.num_combine_counters, plan_min_cost_per_part(params), stream);
+                             layout.num_combine_counters, plan_min_cost_per_part(params),
+                             plan_sequence_aligned(params), stream);
 }
 
 namespace {

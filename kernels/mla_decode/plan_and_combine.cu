@@ -2,6 +2,7 @@
 // kFast's combine counters) and the combine kernels (merge a sequence's split-KV partial results by
 // log-sum-exp) launched after the split-KV kernel (kFast's fused combine merges inside it instead:
 // fused_combine.cuh).
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -26,19 +27,68 @@ struct PlanKernelArgs {
   int num_parts;
   int max_pages_per_seq;
   int min_cost_per_part;
+  bool sequence_aligned;  // may make the sequence-aligned plan (mla_decode_plan.h)
 };
 
 __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
   return num_pages_of(clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq));
 }
 
+using PlanScan = cub::BlockScan<int, kPlanThreads>;
+using PlanReduce = cub::BlockReduce<long long, kPlanThreads>;
+union PlanTempStorage {
+  PlanScan::TempStorage scan;
+  PlanReduce::TempStorage reduce;
+};
+
+// cost_begin[0..batch): the exclusive prefix of each sequence's cost (the balanced plan's, or the
+// sequence-aligned plan's when pages_per_part > 0); returns the total. Every thread calls it.
+__device__ int write_cost_prefix(const PlanKernelArgs& args, int32_t* cost_begin,
+                                 int pages_per_part, PlanTempStorage& storage, int& carry) {
+  const int tid = threadIdx.x;
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < args.batch; base += kPlanThreads) {
+    const int seq = base + tid;
+    int cost = 0;
+    if (seq < args.batch) {
+      const int pages = pages_of_seq(args, seq);
+      cost = pages_per_part > 0 ? aligned_seq_cost(pages, pages_per_part) : seq_cost(pages);
+    }
+    int prefix, chunk_total;
+    PlanScan(storage.scan).ExclusiveSum(cost, prefix, chunk_total);
+    if (seq < args.batch) cost_begin[seq] = carry + prefix;
+    __syncthreads();
+    if (tid == 0) carry += chunk_total;
+    __syncthreads();
+  }
+  const int total = carry;
+  __syncthreads();
+  return total;
+}
+
+// The block-wide sum over sequences of value(pages of the sequence); every thread gets it.
+template <typename Value>
+__device__ long long sum_over_seqs(const PlanKernelArgs& args, Value value,
+                                   PlanTempStorage& storage, long long& result) {
+  long long own = 0;
+  for (int seq = threadIdx.x; seq < args.batch; seq += kPlanThreads)
+    own += value(pages_of_seq(args, seq));
+  const long long total = PlanReduce(storage.reduce).Sum(own);
+  if (threadIdx.x == 0) result = total;
+  __syncthreads();
+  const long long all = result;
+  __syncthreads();
+  return all;
+}
+
 // Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
-  using BlockScan = cub::BlockScan<int, kPlanThreads>;
-  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ PlanTempStorage storage;
   __shared__ int carry;
   __shared__ int max_seq_cost;
+  __shared__ long long reduced;
   int32_t* header = args.plan;
   int32_t* cost_begin = header + kDecodePlanHeaderInts;
   int32_t* split_begin = cost_begin + args.batch + 1;
@@ -50,37 +100,51 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
     args.combine_counters[i] = 0;
 
-  // Pass 1: exclusive prefix of sequence costs, and the largest.
-  if (tid == 0) {
-    carry = 0;
-    max_seq_cost = 0;
-  }
+  // Pass 1: the balanced plan's cost prefix and C.
+  if (tid == 0) max_seq_cost = 0;
   __syncthreads();
-  for (int base = 0; base < args.batch; base += kPlanThreads) {
-    const int seq = base + tid;
-    const int cost = seq < args.batch ? seq_cost(pages_of_seq(args, seq)) : 0;
+  for (int seq = tid; seq < args.batch; seq += kPlanThreads) {
+    const int cost = seq_cost(pages_of_seq(args, seq));
     if (cost > 0) atomicMax(&max_seq_cost, cost);
-    int prefix, chunk_total;
-    BlockScan(scan_storage).ExclusiveSum(cost, prefix, chunk_total);
-    if (seq < args.batch) cost_begin[seq] = carry + prefix;
-    __syncthreads();
-    if (tid == 0) carry += chunk_total;
-    __syncthreads();
   }
-  const int total_cost = carry;
-  const int per_part =
-      cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
-  __syncthreads();
+  int total_cost = write_cost_prefix(args, cost_begin, 0, storage, carry);
+  int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
+
+  // The sequence-aligned plan's T, when it is taken (the host's aligned_pages_per_part()).
+  int aligned = 0;
+  if (args.sequence_aligned && args.min_cost_per_part <= 1) {
+    const long long total_pages = sum_over_seqs(
+        args, [](int pages) { return (long long)pages; }, storage, reduced);
+    const long long busy = sum_over_seqs(
+        args, [](int pages) { return pages > 0 ? 1ll : 0ll; }, storage, reduced);
+    if (busy > 0 && busy <= args.num_parts) {
+      for (int t = aligned_first_candidate(total_pages, args.num_parts); t <= per_part; ++t) {
+        const long long needed = sum_over_seqs(
+            args, [t](int pages) { return (long long)aligned_parts_of(pages, t); }, storage,
+            reduced);
+        if (needed <= args.num_parts) {
+          aligned = t;
+          break;
+        }
+      }
+    }
+  }
+  const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
+  if (aligned > 0) {
+    per_part = aligned;
+    total_cost = write_cost_prefix(args, cost_begin, aligned, storage, carry);
+  }
 
   // Pass 2: exclusive prefix of splits per sequence.
   if (tid == 0) carry = 0;
   __syncthreads();
   for (int base = 0; base < args.batch; base += kPlanThreads) {
     const int seq = base + tid;
-    const int splits =
-        seq < args.batch ? num_splits_of(cost_begin[seq], pages_of_seq(args, seq), per_part) : 0;
+    const int splits = seq < args.batch ? num_splits_of(cost_begin[seq], pages_of_seq(args, seq),
+                                                        per_part, page_offset)
+                                        : 0;
     int prefix, chunk_total;
-    BlockScan(scan_storage).ExclusiveSum(splits, prefix, chunk_total);
+    PlanScan(storage.scan).ExclusiveSum(splits, prefix, chunk_total);
     if (seq < args.batch) split_begin[seq] = carry + prefix;
     __syncthreads();
     if (tid == 0) carry += chunk_total;
@@ -91,6 +155,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     header[1] = carry;
     header[2] = args.batch;
     header[3] = args.num_parts;
+    header[4] = page_offset;
     cost_begin[args.batch] = total_cost;
     split_begin[args.batch] = carry;
   }
@@ -417,7 +482,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchShape& shape,
                         int32_t* plan, int32_t* combine_counters, int64_t num_combine_counters,
-                        int min_cost_per_part, cudaStream_t stream) {
+                        int min_cost_per_part, bool sequence_aligned, cudaStream_t stream) {
   PlanKernelArgs args{params.seqlens,
                       plan,
                       combine_counters,
@@ -425,7 +490,8 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       params.batch,
                       shape.num_parts,
                       params.max_pages_per_seq,
-                      min_cost_per_part};
+                      min_cost_per_part,
+                      sequence_aligned};
   mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }

@@ -6,52 +6,71 @@
 namespace mla::kernels {
 namespace {
 
-// cost_begin[0..batch] (the cost prefix); returns each sequence's page count.
-std::vector<int> fill_cost_begin(const int32_t* seqlens, int batch, int max_pages_per_seq,
-                                 int32_t* cost_begin) {
-  std::vector<int> pages(batch);
-  for (int seq = 0; seq < batch; ++seq) {
-    pages[seq] = num_pages_of(clamp_seqlen(seqlens[seq], max_pages_per_seq));
-    cost_begin[seq + 1] = cost_begin[seq] + seq_cost(pages[seq]);
-  }
-  return pages;
-}
-
 // The first sequence whose cost interval ends after `unit`.
 int32_t first_seq_after(const int32_t* cost_begin, int batch, int unit) {
   return static_cast<int32_t>(std::upper_bound(cost_begin + 1, cost_begin + batch + 1, unit) -
                               (cost_begin + 1));
 }
 
-// Writes the header [C, total_splits, batch, num_parts]; returns where the records go.
-DecodePartRecord* write_header(std::vector<int32_t>& plan, int cost_per_part, int total_splits,
-                               int batch, int num_parts) {
-  plan[0] = cost_per_part;
-  plan[1] = total_splits;
-  plan[2] = batch;
-  plan[3] = num_parts;
-  return reinterpret_cast<DecodePartRecord*>(plan.data() +
-                                             decode_part_records_offset(batch, num_parts));
+// The sequence-aligned plan's pages per part T, or 0 when it is not taken (mla_decode_plan.h):
+// more sequences with pages than parts, no T up to the balanced C that fits, or min_cost_per_part.
+int aligned_pages_per_part(const std::vector<int>& pages, int num_parts, int balanced_share,
+                           int min_cost_per_part) {
+  if (min_cost_per_part > 1) return 0;
+  int64_t total_pages = 0;
+  int busy = 0;
+  for (int n : pages) {
+    total_pages += n;
+    busy += n > 0 ? 1 : 0;
+  }
+  if (busy == 0 || busy > num_parts) return 0;
+  for (int t = aligned_first_candidate(total_pages, num_parts); t <= balanced_share; ++t) {
+    int64_t needed = 0;
+    for (int n : pages) needed += aligned_parts_of(n, t);
+    if (needed <= num_parts) return t;
+  }
+  return 0;
 }
 
 }  // namespace
 
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
-                                           int max_pages_per_seq, int min_cost_per_part) {
+                                           int max_pages_per_seq, int min_cost_per_part,
+                                           bool sequence_aligned) {
   std::vector<int32_t> plan(decode_plan_ints(batch, num_parts), 0);
-  int32_t* cost_begin = plan.data() + kDecodePlanHeaderInts;
+  int32_t* header = plan.data();
+  int32_t* cost_begin = header + kDecodePlanHeaderInts;
   int32_t* split_begin = cost_begin + batch + 1;
   int32_t* part_first_seq = split_begin + batch + 1;
-  const std::vector<int> pages = fill_cost_begin(seqlens, batch, max_pages_per_seq, cost_begin);
+  std::vector<int> pages(batch);
+  int total_cost = 0;
   int max_seq_cost = 0;
-  for (int seq = 0; seq < batch; ++seq) max_seq_cost = std::max(max_seq_cost, seq_cost(pages[seq]));
-  const int per_part = cost_per_part(cost_begin[batch], num_parts, min_cost_per_part, max_seq_cost);
+  for (int seq = 0; seq < batch; ++seq) {
+    pages[seq] = num_pages_of(clamp_seqlen(seqlens[seq], max_pages_per_seq));
+    total_cost += seq_cost(pages[seq]);
+    max_seq_cost = std::max(max_seq_cost, seq_cost(pages[seq]));
+  }
+  int per_part = cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost);
+  const int aligned =
+      sequence_aligned ? aligned_pages_per_part(pages, num_parts, per_part, min_cost_per_part) : 0;
+  const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
+  if (aligned > 0) per_part = aligned;
   for (int seq = 0; seq < batch; ++seq)
-    split_begin[seq + 1] = split_begin[seq] + num_splits_of(cost_begin[seq], pages[seq], per_part);
+    cost_begin[seq + 1] = cost_begin[seq] + (aligned > 0 ? aligned_seq_cost(pages[seq], aligned)
+                                                         : seq_cost(pages[seq]));
+  for (int seq = 0; seq < batch; ++seq)
+    split_begin[seq + 1] =
+        split_begin[seq] + num_splits_of(cost_begin[seq], pages[seq], per_part, page_offset);
   for (int part = 0; part < num_parts; ++part)
     part_first_seq[part] = first_seq_after(cost_begin, batch, part * per_part);
-  DecodePartRecord* records = write_header(plan, per_part, split_begin[batch], batch, num_parts);
+  header[0] = per_part;
+  header[1] = split_begin[batch];
+  header[2] = batch;
+  header[3] = num_parts;
+  header[4] = page_offset;
   const DecodePlanView view{plan.data(), batch, num_parts};
+  auto* records = reinterpret_cast<DecodePartRecord*>(plan.data() +
+                                                      decode_part_records_offset(batch, num_parts));
   for (int part = 0; part < num_parts; ++part)
     records[part] = first_piece_record(view, seqlens, max_pages_per_seq, part);
   return plan;

@@ -142,8 +142,8 @@ def test_sched_meta_checks_shapes_before_planning():
 
 def test_metadata_layout():
     layout = mla_decode._C.metadata_layout(5, 2, 64, 1, 132)
-    # The plan: header (4), cost_begin[b + 1], then num_splits = split_begin[b + 1].
-    assert layout["num_splits_offset"] == 4 + 5 + 1
+    # The plan: header (5), cost_begin[b + 1], then num_splits = split_begin[b + 1].
+    assert layout["num_splits_offset"] == 5 + 5 + 1
     assert layout["max_splits"] == 5 + layout["num_parts"]
     # Only s_q * h_q / h_kv matters.
     assert layout == mla_decode._C.metadata_layout(5, 1, 128, 1, 132)

@@ -38,11 +38,27 @@ struct PlanCheck {
   int total_pieces = 0;
 };
 
+// The sequence-aligned plan's T for these page counts, worked out here by brute force: the smallest
+// T ≥ 1 with Σ ceil(n / T) ≤ num_parts, taken only when T is at most the balanced share, every
+// sequence with pages can have a part, and no minimum cost is asked for; 0 otherwise.
+int expected_aligned_pages(const std::vector<int>& pages, int num_parts, int balanced_share,
+                           int min_cost_per_part) {
+  int busy = 0;
+  for (int n : pages) busy += n > 0 ? 1 : 0;
+  if (min_cost_per_part > 1 || busy == 0 || busy > num_parts) return 0;
+  for (int t = 1; t <= balanced_share; ++t) {
+    int64_t needed = 0;
+    for (int n : pages) needed += (n + t - 1) / t;
+    if (needed <= num_parts) return t;
+  }
+  return 0;
+}
+
 PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max_pages_per_seq,
-                     int min_cost_per_part = 0) {
+                     int min_cost_per_part = 0, bool sequence_aligned = true) {
   const int batch = static_cast<int>(seqlens.size());
-  const std::vector<int32_t> data =
-      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part);
+  const std::vector<int32_t> data = make_decode_plan_host(
+      seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part, sequence_aligned);
   EXPECT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
   const DecodePlanView plan{data.data(), batch, num_parts};
   EXPECT_EQ(data[2], batch);
@@ -61,6 +77,8 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   std::map<int, std::set<int>> splits_of_seq;
   std::set<int> all_splits;
   PlanCheck result;
+  int max_part_pages = 0;
+  int max_part_pieces = 0;
   for (int part = 0; part < num_parts; ++part) {
     PartPieceCursor cursor(plan, seqlens.data(), max_pages_per_seq, part);
     DecodePiece piece;
@@ -95,6 +113,8 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
       cost += piece.page_end - piece.page_begin + kDecodeFixedCostPages;
     }
     result.max_part_cost = std::max(result.max_part_cost, cost);
+    max_part_pages = std::max(max_part_pages, static_cast<int>(walked.size()));
+    max_part_pieces = std::max(max_part_pieces, position);
     EXPECT_LE(split_piece_positions.size(), 2u) << "part " << part;
     for (int split_position : split_piece_positions)
       EXPECT_TRUE(split_position == 0 || split_position == position - 1)
@@ -114,6 +134,7 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
     EXPECT_EQ(scanned, walked) << "part " << part << ": its record disagrees with the scan";
     const DecodePartRecord& record = plan.part_records()[part];
     EXPECT_EQ(record.cost_per_part, plan.cost_per_part());
+    EXPECT_EQ(record.page_offset, plan.page_offset());
     if (scanned.empty()) {
       EXPECT_EQ(record.seq, -1) << "part " << part << " has no work";
     } else {
@@ -126,10 +147,27 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   EXPECT_EQ(plan.total_splits(), result.total_pieces);
   // The workspace holds batch + num_parts partial results; a plan never needs more.
   EXPECT_LE(plan.total_splits(), batch + num_parts - 1);
-  // Balance: no part costs more than its share plus one fixed overhead, and the share is the
-  // balanced one or a whole multiple of the costliest sequence at most the slack above it.
+  // The plan is sequence-aligned exactly when that plan fits in no more pages per part than the
+  // balanced share (worked out independently above).
   const int share = cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost);
   const int balanced = std::max({(total_cost + num_parts - 1) / num_parts, min_cost_per_part, 1});
+  const int aligned =
+      sequence_aligned ? expected_aligned_pages(pages, num_parts, share, min_cost_per_part) : 0;
+  EXPECT_EQ(plan.sequence_aligned(), aligned > 0) << "share " << share << ", aligned " << aligned;
+  if (aligned > 0) {
+    // One piece a part, of at most T pages, T = ceil(n / pieces) for each sequence's pieces.
+    EXPECT_EQ(plan.cost_per_part(), aligned);
+    EXPECT_EQ(plan.page_offset(), 0);
+    EXPECT_LE(max_part_pieces, 1);
+    EXPECT_LE(max_part_pages, aligned);
+    EXPECT_LE(max_part_pages, share);
+    for (int b = 0; b < batch; ++b)
+      EXPECT_EQ(plan.num_splits(b), (pages[b] + aligned - 1) / aligned);
+    return result;
+  }
+  // The balanced plan: no part costs more than its share plus one fixed overhead, and the share is
+  // the balanced one or a whole multiple of the costliest sequence at most the slack above it.
+  EXPECT_EQ(plan.page_offset(), kDecodeFixedCostPages);
   EXPECT_EQ(plan.cost_per_part(), share);
   EXPECT_TRUE(share == balanced || (share % max_seq_cost == 0 && share > balanced &&
                                     share <= balanced + kDecodeNoSplitSlackPages))
@@ -153,7 +191,8 @@ TEST(DecodePlan, UniformBatchSplitsEvenly) {
 }
 
 // Equal lengths whose balanced share is just below a whole number of sequences per part: whole
-// sequences, no splits (nothing for the combine to merge); far below it: the balanced share.
+// sequences, no splits (nothing for the combine to merge); far below it: the balanced share. With
+// the sequence-aligned plan off, so this is the balanced plan's rule alone.
 TEST(DecodePlan, EqualLengthsNearTheSmCountAreNotSplit) {
   struct Case {
     int batch, seqlen, num_parts, expected_share;
@@ -167,15 +206,72 @@ TEST(DecodePlan, EqualLengthsNearTheSmCountAreNotSplit) {
         Case{64, 4096, 132, (64 * (64 + f) + 131) / 132, false}}) {
     SCOPED_TRACE(testing::Message() << "batch " << c.batch << ", seqlen " << c.seqlen);
     const std::vector<int32_t> seqlens(c.batch, c.seqlen);
-    const PlanCheck check = check_plan(seqlens, c.num_parts, 1024);
+    const PlanCheck check = check_plan(seqlens, c.num_parts, 1024, 0, false);
     const std::vector<int32_t> data =
-        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024);
+        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024, 0, false);
     EXPECT_EQ(DecodePlanView(data.data(), c.batch, c.num_parts).cost_per_part(), c.expected_share);
     if (c.whole)
       EXPECT_EQ(check.total_pieces, c.batch);
     else
       EXPECT_GT(check.total_pieces, c.batch);
   }
+}
+
+// Equal lengths with at least as many parts as sequences: the sequence-aligned plan, each sequence
+// in ceil(n / T) pieces of one part each, where it puts no more pages on a part than the balanced
+// plan; the balanced plan where it would (b = 128 at 32k: 512 pages a part against 502), where the
+// sequences outnumber the parts, and when it is turned off.
+TEST(DecodePlan, EqualLengthsTakeTheSequenceAlignedPlan) {
+  struct Case {
+    int batch, seqlen, num_parts;
+    int expected_pages_per_part;  // 0: the balanced plan
+    int expected_splits_per_seq;
+  };
+  for (const Case& c : {Case{32, 4096, 66, 32, 2},      // b = 32, 128 rows a kv head: C = 34
+                        Case{32, 4096, 132, 16, 4},     // b = 32, 16 rows: C = 17
+                        Case{32, 1024, 132, 4, 4},      // C = 6
+                        Case{8, 1024, 132, 1, 16},      // C = 2
+                        Case{8, 4096, 132, 4, 16},      // C = 5
+                        Case{1, 32768, 132, 4, 128},    // C = 4
+                        Case{128, 4096, 132, 64, 1},    // whole sequences, as the balanced rule
+                        Case{32, 32768, 132, 0, 0},     // T = 128 > C = 126
+                        Case{128, 32768, 132, 0, 0},    // T = 512 > C = 502
+                        Case{200, 1024, 132, 0, 0}}) {  // more sequences than parts
+    SCOPED_TRACE(testing::Message()
+                 << "batch " << c.batch << ", seqlen " << c.seqlen << ", parts " << c.num_parts);
+    const std::vector<int32_t> seqlens(c.batch, c.seqlen);
+    check_plan(seqlens, c.num_parts, 1024);
+    check_plan(seqlens, c.num_parts, 1024, 0, false);
+    const std::vector<int32_t> data =
+        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024);
+    const DecodePlanView plan{data.data(), c.batch, c.num_parts};
+    EXPECT_EQ(plan.sequence_aligned(), c.expected_pages_per_part > 0);
+    if (c.expected_pages_per_part > 0) {
+      EXPECT_EQ(plan.cost_per_part(), c.expected_pages_per_part);
+      for (int b = 0; b < c.batch; ++b) EXPECT_EQ(plan.num_splits(b), c.expected_splits_per_seq);
+    }
+    const std::vector<int32_t> off =
+        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024, 0, false);
+    EXPECT_FALSE(DecodePlanView(off.data(), c.batch, c.num_parts).sequence_aligned());
+  }
+}
+
+// Ragged lengths: sequence-aligned when few enough sequences share the parts (each piece at most T
+// pages), balanced when a long tail of short sequences would leave parts idle.
+TEST(DecodePlan, RaggedLengthsTakeTheSequenceAlignedPlanWhenItFits) {
+  const std::vector<int32_t> few = {700, 1, 2900, 64, 65, 0, 1300};
+  check_plan(few, 66, 64);
+  const std::vector<int32_t> data = make_decode_plan_host(few.data(), 7, 66, 64);
+  const DecodePlanView plan{data.data(), 7, 66};
+  ASSERT_TRUE(plan.sequence_aligned());
+  EXPECT_EQ(plan.num_splits(5), 0);  // the empty sequence
+  EXPECT_EQ(plan.num_splits(1), 1);
+  std::mt19937 rng(44);
+  std::vector<int32_t> many(128);
+  for (int32_t& len : many) len = std::uniform_int_distribution<int>(1, 8192)(rng);
+  check_plan(many, 132, 128);
+  EXPECT_FALSE(DecodePlanView(make_decode_plan_host(many.data(), 128, 132, 128).data(), 128, 132)
+                   .sequence_aligned());
 }
 
 TEST(DecodePlan, SingleLongSequenceIsSplitAcrossAllParts) {
@@ -212,6 +308,7 @@ TEST(DecodePlan, RandomRaggedBatches) {
     std::vector<int32_t> seqlens(batch);
     for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
     check_plan(seqlens, num_parts, (max_len + 63) / 64);
+    check_plan(seqlens, num_parts, (max_len + 63) / 64, 0, false);
   }
 }
 
@@ -229,9 +326,10 @@ TEST(DecodePlan, MinCostPerPartMakesFewerLongerPieces) {
   EXPECT_EQ(DecodePlanView(coarse.data(), 1, 132).cost_per_part(), 8);
   EXPECT_EQ(DecodePlanView(coarse.data(), 1, 132).num_splits(0), 9);
   check_plan(seqlens, 132, 64, 8);
-  // Above the balanced share the minimum changes nothing.
+  // Above the balanced share the minimum changes nothing (a minimum turns the sequence-aligned
+  // plan off).
   std::vector<int32_t> many(128, 4096);
-  EXPECT_EQ(make_decode_plan_host(many.data(), 128, 132, 64, 0),
+  EXPECT_EQ(make_decode_plan_host(many.data(), 128, 132, 64, 0, false),
             make_decode_plan_host(many.data(), 128, 132, 64, 60));
   check_plan({131072}, 132, 2048, 16);
   check_plan({0, 0, 0}, 132, 1, 7);

@@ -456,13 +456,19 @@ TEST_P(MlaDecodeGpu, SeveralKvHeads) {
 TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   MLA_REQUIRE_SM90_GPU();
   // Word for word, including batches larger than one scan chunk of the plan kernel (1024), with
-  // the balanced plan and with a minimum cost per part. The plan also zeroes kFast's combine
-  // counters (the workspace starts as 0xff bytes).
+  // the balanced plan, the sequence-aligned one (equal and ragged lengths, and turned off) and a
+  // minimum cost per part. The plan also zeroes kFast's combine counters (the workspace starts as
+  // 0xff bytes).
   std::mt19937 rng(3);
+  int aligned_plans = 0, balanced_plans = 0;
   for (int batch : {1, 5, 64, 1500, 3000}) {
     for (int heads : {16, 128}) {
-      for (int min_cost : {0, 9}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const int min_cost = variant == 1 ? 9 : 0;
+        const bool equal_lengths = variant == 2;
+        const bool sequence_aligned = variant != 3;
         std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
+        if (equal_lengths) std::fill(seqlens.begin(), seqlens.end(), 1900);
         seqlens[0] = -3;        // negative counts as empty
         seqlens.back() = 5000;  // beyond the block table's capacity: clamped
         const int max_pages = 3000 / 64 + 1;
@@ -483,14 +489,21 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         params.workspace = workspace.data();
         params.workspace_bytes = bytes;
         params.min_cost_per_part = min_cost;
+        params.sequence_aligned = sequence_aligned;
         kernels::launch_mla_decode_plan(params, nullptr);
-        const std::vector<int32_t> want =
-            kernels::make_decode_plan_host(seqlens.data(), batch, shape.num_parts, max_pages,
-                                           kernels::plan_min_cost_per_part(params));
+        const std::vector<int32_t> want = kernels::make_decode_plan_host(
+            seqlens.data(), batch, shape.num_parts, max_pages,
+            kernels::plan_min_cost_per_part(params), kernels::plan_sequence_aligned(params));
         std::vector<int32_t> got(want.size());
         MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost));
-        EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads << " min cost " << min_cost;
+        EXPECT_EQ(got, want) << "batch " << batch << " h_q " << heads << " variant " << variant;
+        const bool aligned =
+            kernels::DecodePlanView{want.data(), batch, shape.num_parts}.sequence_aligned();
+        (aligned ? aligned_plans : balanced_plans) += 1;
+        if (!sequence_aligned || min_cost > 1) {
+          EXPECT_FALSE(aligned) << "variant " << variant;
+        }
         const kernels::DecodeWorkspaceLayout layout =
             kernels::decode_workspace_layout(batch, 2, heads, 1, num_sms());
         std::vector<int32_t> counters(layout.num_combine_counters, -1);
@@ -500,6 +513,65 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), int64_t(counters.size()))
             << "combine counters not zeroed, batch " << batch << " h_q " << heads;
       }
+    }
+  }
+  // Both plans were compared (unless the environment turned the aligned one off).
+  if (kernels::plan_sequence_aligned(kernels::MlaDecodePlanParams{})) {
+    EXPECT_GE(aligned_plans, 4);
+  }
+  EXPECT_GE(balanced_plans, 4);
+}
+
+TEST_P(MlaDecodeGpu, SequenceAlignedAndBalancedPlansBothMatchTheReference) {
+  MLA_REQUIRE_SM90_GPU();
+  // Equal lengths the sequence-aligned plan takes (b = 8 in one-page pieces; b = 32 over two row
+  // tiles in pieces of 5 pages, the last page partial) and a ragged batch, each decoded under the
+  // plan as made by default and under the balanced plan.
+  struct Case {
+    int heads, seqlen_q;
+    std::vector<int> seqlens;
+    bool expect_aligned;
+  };
+  const std::vector<Case> cases = {
+      {16, 1, std::vector<int>(8, 1000), true},
+      {128, 1, std::vector<int>(32, 600), true},
+      {64, 2, {700, 1, 2900, 64, 65, 0, 1300}, false},
+  };
+  std::mt19937 rng(808);
+  for (const Case& c : cases) {
+    ref::PagedDecodeProblemSpec spec;
+    spec.num_heads_q = c.heads;
+    spec.seqlen_q = c.seqlen_q;
+    spec.seqlens = c.seqlens;
+    spec.seed = rng();
+    const ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+    const Reference want = run_reference(problem);
+    bench::GpuDecodeProblem gpu(problem, num_sms());
+    for (bool sequence_aligned : {true, false}) {
+      const std::string label = fmt::format("b {} h_q {} s_q {}, sequence_aligned {}",
+                                            problem.batch, c.heads, c.seqlen_q, sequence_aligned);
+      gpu.poison_outputs(nullptr);
+      kernels::MlaDecodePlanParams plan = gpu.plan_params();
+      plan.sequence_aligned = sequence_aligned;
+      kernels::launch_mla_decode_plan(plan, nullptr);
+      const kernels::DecodeWorkspaceLayout layout =
+          kernels::decode_workspace_layout(problem.batch, c.seqlen_q, c.heads, 1, plan.num_sms);
+      int32_t header[kernels::kDecodePlanHeaderInts];
+      MLA_CUDA_CHECK(cudaMemcpy(header, static_cast<uint8_t*>(plan.workspace) + layout.plan_offset,
+                                sizeof(header), cudaMemcpyDeviceToHost));
+      const bool aligned = header[4] == 0;  // page_offset
+      if (!kernels::plan_sequence_aligned(plan)) {
+        EXPECT_FALSE(aligned) << label;
+      } else if (c.expect_aligned) {
+        EXPECT_TRUE(aligned) << label;
+      }
+      kernels::launch_mla_decode(params_of(gpu, GetParam()), nullptr);
+      const bench::DecodeOutputs got = gpu.fetch(nullptr);
+      const testing::Comparison cmp = testing::compare_decode(got.out, want.out, got.lse, want.lse);
+      EXPECT_EQ(cmp.nan_count, 0u) << label;
+      EXPECT_EQ(cmp.inf_mismatch, 0u) << label;
+      EXPECT_LE(cmp.relative_l2, kMaxRelativeL2) << label;
+      EXPECT_LE(cmp.max_lse_relative, kMaxLseRelative) << label;
     }
   }
 }

@@ -112,6 +112,10 @@ struct MlaDecodePlanParams {
   // pieces for small batches, e.g. for kFast's fused combine. 0: the balanced plan, or
   // MLA_DECODE_MIN_COST_PER_PART from the environment when set (for measuring).
   int min_cost_per_part = 0;
+  // May make the sequence-aligned plan (mla_decode_plan.h: every part at most one piece, taken
+  // when it puts no more pages on a part than the balanced plan). false, or
+  // MLA_DECODE_SEQUENCE_ALIGNED=0 in the environment (for measuring): the balanced plan always.
+  bool sequence_aligned = true;
 };
 
 struct MlaDecodeParams {
@@ -278,5 +282,8 @@ MlaDecodeSchedule resolved_decode_schedule(const MlaDecodeParams& params);
 // The plan's min_cost_per_part: params.min_cost_per_part when > 0, else the environment's
 // MLA_DECODE_MIN_COST_PER_PART, else 0.
 int plan_min_cost_per_part(const MlaDecodePlanParams& params);
+// Whether the plan may be sequence-aligned: params.sequence_aligned, unless the environment's
+// MLA_DECODE_SEQUENCE_ALIGNED is 0.
+bool plan_sequence_aligned(const MlaDecodePlanParams& params);
 
 }  // namespace mla::kernels

@@ -4,15 +4,20 @@
 // be captured in a CUDA graph; what varies per step is the plan, computed on the device from the
 // device seqlens by launch_mla_decode_plan() and reused by every layer of the step.
 //
-// Cost model: a sequence of n pages costs n + kDecodeFixedCostPages units (the fixed part pays for
-// loading the queries and writing the output). Sequences are laid end to end on one axis of cost
-// units; part p owns units [p·C, (p+1)·C) with C = ceil(total / num_parts) (or a little more, see
-// cost_per_part). Page j of sequence i
-// sits at unit cost_begin[i] + kDecodeFixedCostPages + j, so every page belongs to exactly one
-// part, a part costs at most C + kDecodeFixedCostPages, and a part boundary can split a sequence:
-// its pieces are merged by log-sum-exp in the combine step. Every function here is pure and shared
-// by the device kernels and the host (tests, tools), so the plan the CPU tests check is the plan
-// the GPU runs.
+// Two plans, both on one axis of cost units (pages of work), sequences laid end to end; part p
+// owns units [p·C, (p+1)·C), and page j of sequence i sits at unit cost_begin[i] + page_offset + j,
+// so every page belongs to exactly one part and a part boundary can split a sequence: its pieces
+// are merged by log-sum-exp in the combine step.
+//  - The balanced plan: a sequence of n pages costs n + kDecodeFixedCostPages units (page_offset =
+//    kDecodeFixedCostPages: the fixed part pays for loading the queries and writing the output),
+//    C = ceil(total / num_parts) (or a little more, see cost_per_part), and a part costs at most
+//    C + kDecodeFixedCostPages. A part can hold pieces of several sequences.
+//  - The sequence-aligned plan (when every sequence can have parts of its own and that is no
+//    slower): C = T pages, the smallest with Σ ceil(n_i / T) ≤ num_parts, each sequence padded to
+//    a multiple of T (page_offset = 0), so every part holds at most one piece of at most T pages:
+//    no part changes sequence, and none pays the fixed overhead twice.
+// Every function here is pure and shared by the device kernels and the host (tests, tools), so
+// the plan the CPU tests check is the plan the GPU runs.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +32,8 @@ inline constexpr int kHeadDimQK = 576;              // kv_lora_rank 512 + qk_rop
 inline constexpr int kHeadDimV = 512;               // kv_lora_rank
 inline constexpr int kDecodeFixedCostPages = 5;     // per-piece overhead, in pages of work
 inline constexpr int kDecodeNoSplitSlackPages = 4;  // cost_per_part: a whole-sequence share's limit
-inline constexpr int kDecodePlanHeaderInts = 4;  // [cost_per_part, total_splits, batch, num_parts]
+// [cost_per_part, total_splits, batch, num_parts, page_offset]
+inline constexpr int kDecodePlanHeaderInts = 5;
 
 // The grid of the decode kernel, a function of the shape alone.
 struct DecodeLaunchShape {
@@ -65,8 +71,29 @@ MLA_HOST_DEVICE int num_pages_of(int seqlen) {
   return (seqlen + kPageSize - 1) / kPageSize;
 }
 
+// A sequence's cost in the balanced plan.
 MLA_HOST_DEVICE int seq_cost(int num_pages) {
   return num_pages > 0 ? num_pages + kDecodeFixedCostPages : 0;
+}
+
+// Parts a sequence of num_pages takes in the sequence-aligned plan with pages_per_part = T.
+MLA_HOST_DEVICE int aligned_parts_of(int num_pages, int pages_per_part) {
+  return (num_pages + pages_per_part - 1) / pages_per_part;
+}
+
+// A sequence's cost in the sequence-aligned plan: its pages padded to whole parts.
+MLA_HOST_DEVICE int aligned_seq_cost(int num_pages, int pages_per_part) {
+  return aligned_parts_of(num_pages, pages_per_part) * pages_per_part;
+}
+
+// The sequence-aligned plan is taken when its pages per part T is at most the balanced plan's C:
+// the balanced plan's busiest parts hold C pages (a part inside one sequence) or C - fixed pages
+// in two pieces, so T ≤ C is never more pages on a part, and its parts never change sequence.
+// parts_needed(T) = Σ aligned_parts_of(n_i, T) over the batch; candidates T run from
+// ceil(total_pages / num_parts) up, and the first with parts_needed(T) ≤ num_parts wins.
+MLA_HOST_DEVICE int aligned_first_candidate(int64_t total_pages, int num_parts) {
+  const int64_t lower = (total_pages + num_parts - 1) / num_parts;
+  return lower > 1 ? static_cast<int>(lower) : 1;
 }
 
 // Balanced share: ceil(total / num_parts), at least 1 and at least min_cost_per_part (a larger C
@@ -90,15 +117,16 @@ MLA_HOST_DEVICE int cost_per_part(int total_cost, int num_parts, int min_cost_pe
   return whole <= balanced + kDecodeNoSplitSlackPages ? whole : balanced;
 }
 
-// Cost unit of page 0 of a sequence that starts at cost_begin.
-MLA_HOST_DEVICE int first_page_unit(int cost_begin) {
-  return cost_begin + kDecodeFixedCostPages;
+// Cost unit of page 0 of a sequence that starts at cost_begin (page_offset: the plan's units
+// before a sequence's first page, kDecodeFixedCostPages or 0).
+MLA_HOST_DEVICE int first_page_unit(int cost_begin, int page_offset) {
+  return cost_begin + page_offset;
 }
 
 // Number of pieces (parts touching it) of a sequence.
-MLA_HOST_DEVICE int num_splits_of(int cost_begin, int num_pages, int per_part) {
+MLA_HOST_DEVICE int num_splits_of(int cost_begin, int num_pages, int per_part, int page_offset) {
   if (num_pages == 0) return 0;
-  const int first = first_page_unit(cost_begin);
+  const int first = first_page_unit(cost_begin, page_offset);
   return (first + num_pages - 1) / per_part - first / per_part + 1;
 }
 
@@ -114,7 +142,7 @@ struct alignas(16) DecodePartRecord {
   int32_t split_index = 0;
   int32_t num_splits = 0;
   int32_t cost_per_part = 0;  // the plan's C, so the part's later pieces need no header load
-  int32_t reserved = 0;       // pads the record to 32 bytes
+  int32_t page_offset = 0;    // the plan's page_offset, for the same reason
 };
 inline constexpr int kDecodePartRecordInts = 8;
 static_assert(sizeof(DecodePartRecord) == kDecodePartRecordInts * sizeof(int32_t));
@@ -139,6 +167,8 @@ struct DecodePlanView {
 
   MLA_HOST_DEVICE int cost_per_part() const { return data[0]; }
   MLA_HOST_DEVICE int total_splits() const { return data[1]; }
+  MLA_HOST_DEVICE int page_offset() const { return data[4]; }
+  MLA_HOST_DEVICE bool sequence_aligned() const { return page_offset() == 0; }
   MLA_HOST_DEVICE const int32_t* cost_begin() const { return data + kDecodePlanHeaderInts; }
   MLA_HOST_DEVICE const int32_t* split_begin() const { return cost_begin() + batch + 1; }
   MLA_HOST_DEVICE const int32_t* part_first_seq() const { return split_begin() + batch + 1; }
@@ -189,7 +219,7 @@ class PartPieceCursor {
                                                   const int32_t* seqlens, int max_pages_per_seq,
                                                   int part) {
     PartPieceCursor cursor(plan, seqlens, max_pages_per_seq, part);
-    cursor.start_scan(plan.cost_per_part(), plan.part_first_seq()[part]);
+    cursor.start_scan(plan.cost_per_part(), plan.page_offset(), plan.part_first_seq()[part]);
     return cursor;
   }
 
@@ -197,10 +227,10 @@ class PartPieceCursor {
   MLA_HOST_DEVICE bool first(DecodePiece* piece) {
     const DecodePartRecord record = load_part_record(plan_.part_records() + part_);
     if (record.seq < 0) {
-      start_scan(1, plan_.batch);  // nothing here, nothing after
+      start_scan(1, 0, plan_.batch);  // nothing here, nothing after
       return false;
     }
-    start_scan(record.cost_per_part, record.seq + 1);
+    start_scan(record.cost_per_part, record.page_offset, record.seq + 1);
     *piece = {record.seq,      record.seqlen,      record.page_begin,
               record.page_end, record.split_index, record.num_splits};
     return true;
@@ -214,7 +244,7 @@ class PartPieceCursor {
     for (; seq_ < plan_.batch && cost_begin[seq_] < unit_end; ++seq_) {
       const int seqlen = clamp_seqlen(seqlens_[seq_], max_pages_per_seq_);
       const int num_pages = num_pages_of(seqlen);
-      const int first = first_page_unit(cost_begin[seq_]);
+      const int first = first_page_unit(cost_begin[seq_], page_offset_);
       const int begin = clamp_index(unit_begin - first, num_pages);
       const int end = clamp_index(unit_end - first, num_pages);
       if (begin >= end) continue;
@@ -234,22 +264,26 @@ class PartPieceCursor {
   MLA_HOST_DEVICE static int clamp_index(int value, int upper) {
     return value < 0 ? 0 : value > upper ? upper : value;
   }
-  MLA_HOST_DEVICE void start_scan(int per_part, int seq) {
+  MLA_HOST_DEVICE void start_scan(int per_part, int page_offset, int seq) {
     per_part_ = per_part > 0 ? per_part : 1;
+    page_offset_ = page_offset;
     seq_ = seq;
   }
   DecodePlanView plan_;
   const int32_t* seqlens_;
   int max_pages_per_seq_;
   int part_;
-  int per_part_ = 1;  // the plan's C (from the record, or the header when scanning())
-  int seq_ = 0;       // the next sequence the scan looks at
+  int per_part_ = 1;     // the plan's C (from the record, or the header when scanning())
+  int page_offset_ = 0;  // the plan's page_offset (likewise)
+  int seq_ = 0;          // the next sequence the scan looks at
 };
 
-// A part's record: its first piece (none: seq = -1) and its C.
-MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part) {
+// A part's record: its first piece (none: seq = -1), its C and page_offset.
+MLA_HOST_DEVICE DecodePartRecord part_record(const DecodePiece* first_piece, int cost_per_part,
+                                             int page_offset) {
   DecodePartRecord record;
   record.cost_per_part = cost_per_part;
+  record.page_offset = page_offset;
   if (first_piece == nullptr) return record;
   record.seq = first_piece->seq;
   record.seqlen = first_piece->seqlen;
@@ -267,7 +301,7 @@ MLA_HOST_DEVICE DecodePartRecord first_piece_record(const DecodePlanView& plan,
   PartPieceCursor cursor = PartPieceCursor::scanning(plan, seqlens, max_pages_per_seq, part);
   DecodePiece piece;
   const bool has_work = cursor.next(&piece);
-  return part_record(has_work ? &piece : nullptr, plan.cost_per_part());
+  return part_record(has_work ? &piece : nullptr, plan.cost_per_part(), plan.page_offset());
 }
 
 // The pages of one part in the order the CTA consumes them, pieces one after another (thread 0's
@@ -305,7 +339,9 @@ struct PartPageStream {
 
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
+// sequence_aligned: false never makes the sequence-aligned plan (nor does a min_cost_per_part > 1).
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
-                                           int max_pages_per_seq, int min_cost_per_part = 0);
+                                           int max_pages_per_seq, int min_cost_per_part = 0,
+                                           bool sequence_aligned = true);
 
 }  // namespace mla::kernels
