@@ -28,6 +28,7 @@ struct PlanKernelArgs {
   int max_pages_per_seq;
   int min_cost_per_part;
   bool sequence_aligned;  // may make the sequence-aligned plan (mla_decode_plan.h)
+  int rows_per_tile;      // the launch shape's (aligned_pieces_capped())
 };
 
 __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
@@ -67,13 +68,13 @@ __device__ int write_cost_prefix(const PlanKernelArgs& args, int32_t* cost_begin
   return total;
 }
 
-// The block-wide sum over sequences of value(pages of the sequence); every thread gets it.
+// The block-wide sum over sequences of value(sequence, its pages); every thread gets it.
 template <typename Value>
 __device__ long long sum_over_seqs(const PlanKernelArgs& args, Value value,
                                    PlanTempStorage& storage, long long& result) {
   long long own = 0;
   for (int seq = threadIdx.x; seq < args.batch; seq += kPlanThreads)
-    own += value(pages_of_seq(args, seq));
+    own += value(seq, pages_of_seq(args, seq));
   const long long total = PlanReduce(storage.reduce).Sum(own);
   if (threadIdx.x == 0) result = total;
   __syncthreads();
@@ -114,15 +115,26 @@ __global__ void __launch_bounds__(kPlanThreads)
   int aligned = 0;
   if (args.sequence_aligned && args.min_cost_per_part <= 1) {
     const long long total_pages = sum_over_seqs(
-        args, [](int pages) { return (long long)pages; }, storage, reduced);
+        args, [](int, int pages) { return (long long)pages; }, storage, reduced);
     const long long busy = sum_over_seqs(
-        args, [](int pages) { return pages > 0 ? 1ll : 0ll; }, storage, reduced);
+        args, [](int, int pages) { return pages > 0 ? 1ll : 0ll; }, storage, reduced);
+    // The balanced plan's pieces, where they cap the aligned plan's (0: no cap).
+    long long max_pieces = 0;
+    if (aligned_pieces_capped(args.rows_per_tile)) {
+      const int share = per_part;
+      max_pieces = sum_over_seqs(
+          args,
+          [cost_begin, share](int seq, int pages) {
+            return (long long)num_splits_of(cost_begin[seq], pages, share, kDecodeFixedCostPages);
+          },
+          storage, reduced);
+    }
     if (busy > 0 && busy <= args.num_parts) {
       for (int t = aligned_first_candidate(total_pages, args.num_parts); t <= per_part; ++t) {
         const long long needed = sum_over_seqs(
-            args, [t](int pages) { return (long long)aligned_parts_of(pages, t); }, storage,
+            args, [t](int, int pages) { return (long long)aligned_parts_of(pages, t); }, storage,
             reduced);
-        if (needed <= args.num_parts) {
+        if (needed <= args.num_parts && (max_pieces == 0 || needed <= max_pieces)) {
           aligned = t;
           break;
         }
@@ -491,7 +503,8 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       shape.num_parts,
                       params.max_pages_per_seq,
                       min_cost_per_part,
-                      sequence_aligned};
+                      sequence_aligned,
+                      shape.rows_per_tile};
   mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }

@@ -14,8 +14,9 @@ int32_t first_seq_after(const int32_t* cost_begin, int batch, int unit) {
 
 // The sequence-aligned plan's pages per part T, or 0 when it is not taken (mla_decode_plan.h):
 // more sequences with pages than parts, no T up to the balanced C that fits, or min_cost_per_part.
+// max_pieces: the most pieces it may make (0: no limit).
 int aligned_pages_per_part(const std::vector<int>& pages, int num_parts, int balanced_share,
-                           int min_cost_per_part) {
+                           int min_cost_per_part, int64_t max_pieces) {
   if (min_cost_per_part > 1) return 0;
   int64_t total_pages = 0;
   int busy = 0;
@@ -27,7 +28,7 @@ int aligned_pages_per_part(const std::vector<int>& pages, int num_parts, int bal
   for (int t = aligned_first_candidate(total_pages, num_parts); t <= balanced_share; ++t) {
     int64_t needed = 0;
     for (int n : pages) needed += aligned_parts_of(n, t);
-    if (needed <= num_parts) return t;
+    if (needed <= num_parts && (max_pieces == 0 || needed <= max_pieces)) return t;
   }
   return 0;
 }
@@ -36,7 +37,7 @@ int aligned_pages_per_part(const std::vector<int>& pages, int num_parts, int bal
 
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
                                            int max_pages_per_seq, int min_cost_per_part,
-                                           bool sequence_aligned) {
+                                           bool sequence_aligned, int rows_per_tile) {
   std::vector<int32_t> plan(decode_plan_ints(batch, num_parts), 0);
   int32_t* header = plan.data();
   int32_t* cost_begin = header + kDecodePlanHeaderInts;
@@ -51,8 +52,17 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
     max_seq_cost = std::max(max_seq_cost, seq_cost(pages[seq]));
   }
   int per_part = cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost);
-  const int aligned =
-      sequence_aligned ? aligned_pages_per_part(pages, num_parts, per_part, min_cost_per_part) : 0;
+  int64_t max_pieces = 0;  // the balanced plan's pieces, where they cap the aligned plan's
+  if (aligned_pieces_capped(rows_per_tile)) {
+    int cost = 0;
+    for (int seq = 0; seq < batch; ++seq) {
+      max_pieces += num_splits_of(cost, pages[seq], per_part, kDecodeFixedCostPages);
+      cost += seq_cost(pages[seq]);
+    }
+  }
+  const int aligned = sequence_aligned ? aligned_pages_per_part(pages, num_parts, per_part,
+                                                                min_cost_per_part, max_pieces)
+                                       : 0;
   const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
   if (aligned > 0) per_part = aligned;
   for (int seq = 0; seq < batch; ++seq)

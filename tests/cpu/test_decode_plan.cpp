@@ -39,26 +39,29 @@ struct PlanCheck {
 };
 
 // The sequence-aligned plan's T for these page counts, worked out here by brute force: the smallest
-// T ≥ 1 with Σ ceil(n / T) ≤ num_parts, taken only when T is at most the balanced share, every
-// sequence with pages can have a part, and no minimum cost is asked for; 0 otherwise.
+// T ≥ 1 with Σ ceil(n / T) ≤ num_parts (and ≤ max_pieces when that is not 0), taken only when T is
+// at most the balanced share, every sequence with pages can have a part, and no minimum cost is
+// asked for; 0 otherwise.
 int expected_aligned_pages(const std::vector<int>& pages, int num_parts, int balanced_share,
-                           int min_cost_per_part) {
+                           int min_cost_per_part, int64_t max_pieces) {
   int busy = 0;
   for (int n : pages) busy += n > 0 ? 1 : 0;
   if (min_cost_per_part > 1 || busy == 0 || busy > num_parts) return 0;
   for (int t = 1; t <= balanced_share; ++t) {
     int64_t needed = 0;
     for (int n : pages) needed += (n + t - 1) / t;
-    if (needed <= num_parts) return t;
+    if (needed <= num_parts && (max_pieces == 0 || needed <= max_pieces)) return t;
   }
   return 0;
 }
 
 PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max_pages_per_seq,
-                     int min_cost_per_part = 0, bool sequence_aligned = true) {
+                     int min_cost_per_part = 0, bool sequence_aligned = true,
+                     int rows_per_tile = 16) {
   const int batch = static_cast<int>(seqlens.size());
-  const std::vector<int32_t> data = make_decode_plan_host(
-      seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part, sequence_aligned);
+  const std::vector<int32_t> data =
+      make_decode_plan_host(seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part,
+                            sequence_aligned, rows_per_tile);
   EXPECT_EQ(static_cast<int64_t>(data.size()), decode_plan_ints(batch, num_parts));
   const DecodePlanView plan{data.data(), batch, num_parts};
   EXPECT_EQ(data[2], batch);
@@ -151,8 +154,17 @@ PlanCheck check_plan(const std::vector<int32_t>& seqlens, int num_parts, int max
   // balanced share (worked out independently above).
   const int share = cost_per_part(total_cost, num_parts, min_cost_per_part, max_seq_cost);
   const int balanced = std::max({(total_cost + num_parts - 1) / num_parts, min_cost_per_part, 1});
-  const int aligned =
-      sequence_aligned ? expected_aligned_pages(pages, num_parts, share, min_cost_per_part) : 0;
+  // Tiles of more than 16 rows: no more pieces than the balanced plan (checked on its own above
+  // when check_plan runs with sequence_aligned false).
+  int64_t max_pieces = 0;
+  if (rows_per_tile > 16) {
+    const std::vector<int32_t> balanced_plan = make_decode_plan_host(
+        seqlens.data(), batch, num_parts, max_pages_per_seq, min_cost_per_part, false);
+    max_pieces = DecodePlanView(balanced_plan.data(), batch, num_parts).total_splits();
+  }
+  const int aligned = sequence_aligned ? expected_aligned_pages(pages, num_parts, share,
+                                                                min_cost_per_part, max_pieces)
+                                       : 0;
   EXPECT_EQ(plan.sequence_aligned(), aligned > 0) << "share " << share << ", aligned " << aligned;
   if (aligned > 0) {
     // One piece a part, of at most T pages, T = ceil(n / pieces) for each sequence's pieces.
@@ -223,27 +235,31 @@ TEST(DecodePlan, EqualLengthsNearTheSmCountAreNotSplit) {
 // sequences outnumber the parts, and when it is turned off.
 TEST(DecodePlan, EqualLengthsTakeTheSequenceAlignedPlan) {
   struct Case {
-    int batch, seqlen, num_parts;
+    int batch, seqlen, num_parts, rows_per_tile;
     int expected_pages_per_part;  // 0: the balanced plan
     int expected_splits_per_seq;
   };
-  for (const Case& c : {Case{32, 4096, 66, 32, 2},      // b = 32, 128 rows a kv head: C = 34
-                        Case{32, 4096, 132, 16, 4},     // b = 32, 16 rows: C = 17
-                        Case{32, 1024, 132, 4, 4},      // C = 6
-                        Case{8, 1024, 132, 1, 16},      // C = 2
-                        Case{8, 4096, 132, 4, 16},      // C = 5
-                        Case{1, 32768, 132, 4, 128},    // C = 4
-                        Case{128, 4096, 132, 64, 1},    // whole sequences, as the balanced rule
-                        Case{32, 32768, 132, 0, 0},     // T = 128 > C = 126
-                        Case{128, 32768, 132, 0, 0},    // T = 512 > C = 502
-                        Case{200, 1024, 132, 0, 0}}) {  // more sequences than parts
-    SCOPED_TRACE(testing::Message()
-                 << "batch " << c.batch << ", seqlen " << c.seqlen << ", parts " << c.num_parts);
+  for (const Case& c : {Case{32, 4096, 66, 64, 32, 2},      // b = 32, 128 rows a kv head: C = 34
+                        Case{32, 8192, 66, 64, 64, 2},      // C = 65
+                        Case{32, 4096, 132, 16, 16, 4},     // b = 32, 16 rows: C = 17
+                        Case{32, 1024, 132, 16, 4, 4},      // C = 6
+                        Case{8, 1024, 132, 16, 1, 16},      // C = 2
+                        Case{8, 1024, 132, 64, 2, 8},       // 68 balanced pieces: T = 1 makes 128
+                        Case{8, 1024, 66, 64, 3, 6},        // 48 balanced pieces
+                        Case{1, 8192, 132, 64, 2, 64},      // 65 balanced pieces
+                        Case{8, 4096, 132, 16, 4, 16},      // C = 5
+                        Case{1, 32768, 132, 16, 4, 128},    // C = 4
+                        Case{128, 4096, 132, 16, 64, 1},    // whole sequences, as the balanced rule
+                        Case{32, 32768, 132, 16, 0, 0},     // T = 128 > C = 126
+                        Case{128, 32768, 132, 16, 0, 0},    // T = 512 > C = 502
+                        Case{200, 1024, 132, 16, 0, 0}}) {  // more sequences than parts
+    SCOPED_TRACE(testing::Message() << "batch " << c.batch << ", seqlen " << c.seqlen << ", parts "
+                                    << c.num_parts << ", rows per tile " << c.rows_per_tile);
     const std::vector<int32_t> seqlens(c.batch, c.seqlen);
-    check_plan(seqlens, c.num_parts, 1024);
+    check_plan(seqlens, c.num_parts, 1024, 0, true, c.rows_per_tile);
     check_plan(seqlens, c.num_parts, 1024, 0, false);
     const std::vector<int32_t> data =
-        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024);
+        make_decode_plan_host(seqlens.data(), c.batch, c.num_parts, 1024, 0, true, c.rows_per_tile);
     const DecodePlanView plan{data.data(), c.batch, c.num_parts};
     EXPECT_EQ(plan.sequence_aligned(), c.expected_pages_per_part > 0);
     if (c.expected_pages_per_part > 0) {
@@ -309,6 +325,7 @@ TEST(DecodePlan, RandomRaggedBatches) {
     for (int32_t& len : seqlens) len = std::uniform_int_distribution<int>(0, max_len)(rng);
     check_plan(seqlens, num_parts, (max_len + 63) / 64);
     check_plan(seqlens, num_parts, (max_len + 63) / 64, 0, false);
+    check_plan(seqlens, num_parts, (max_len + 63) / 64, 0, true, 64);
   }
 }
 

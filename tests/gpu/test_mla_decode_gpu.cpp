@@ -493,7 +493,8 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         kernels::launch_mla_decode_plan(params, nullptr);
         const std::vector<int32_t> want = kernels::make_decode_plan_host(
             seqlens.data(), batch, shape.num_parts, max_pages,
-            kernels::plan_min_cost_per_part(params), kernels::plan_sequence_aligned(params));
+            kernels::plan_min_cost_per_part(params), kernels::plan_sequence_aligned(params),
+            shape.rows_per_tile);
         std::vector<int32_t> got(want.size());
         MLA_CUDA_CHECK(cudaMemcpy(got.data(), workspace.data(), got.size() * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost));

@@ -90,7 +90,15 @@ MLA_HOST_DEVICE int aligned_seq_cost(int num_pages, int pages_per_part) {
 // the balanced plan's busiest parts hold C pages (a part inside one sequence) or C - fixed pages
 // in two pieces, so T ≤ C is never more pages on a part, and its parts never change sequence.
 // parts_needed(T) = Σ aligned_parts_of(n_i, T) over the batch; candidates T run from
-// ceil(total_pages / num_parts) up, and the first with parts_needed(T) ≤ num_parts wins.
+// ceil(total_pages / num_parts) up, and the first with parts_needed(T) ≤ num_parts (and, where
+// aligned_pieces_capped(), ≤ the balanced plan's pieces) wins.
+// Tiles of more than 16 rows write four times the partial bytes a piece (64 rows of 2 KB fp32)
+// and read a 72 KB query tile: for them the sequence-aligned plan may not make more pieces than
+// the balanced plan (measured: one-page pieces at b = 8, 1024 were 5-8 % slower than two-page ones,
+// while the 16-row body gained from them).
+MLA_HOST_DEVICE bool aligned_pieces_capped(int rows_per_tile) {
+  return rows_per_tile > 16;
+}
 MLA_HOST_DEVICE int aligned_first_candidate(int64_t total_pages, int num_parts) {
   const int64_t lower = (total_pages + num_parts - 1) / num_parts;
   return lower > 1 ? static_cast<int>(lower) : 1;
@@ -339,9 +347,10 @@ struct PartPageStream {
 
 // The plan computed on the host: the same int32 array launch_mla_decode_plan() writes on the
 // device (the GPU tests compare the two word for word). Pure; used by tests and tools.
-// sequence_aligned: false never makes the sequence-aligned plan (nor does a min_cost_per_part > 1).
+// sequence_aligned: false never makes the sequence-aligned plan (nor does a min_cost_per_part > 1);
+// rows_per_tile: the launch shape's (aligned_pieces_capped()).
 std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, int num_parts,
                                            int max_pages_per_seq, int min_cost_per_part = 0,
-                                           bool sequence_aligned = true);
+                                           bool sequence_aligned = true, int rows_per_tile = 16);
 
 }  // namespace mla::kernels
