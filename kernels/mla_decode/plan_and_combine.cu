@@ -2,7 +2,6 @@
 // kFast's combine counters) and the combine kernels (merge a sequence's split-KV partial results by
 // log-sum-exp) launched after the split-KV kernel (kFast's fused combine merges inside it instead:
 // fused_combine.cuh).
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -36,16 +35,11 @@ __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq)
 }
 
 using PlanScan = cub::BlockScan<int, kPlanThreads>;
-using PlanReduce = cub::BlockReduce<long long, kPlanThreads>;
-union PlanTempStorage {
-  PlanScan::TempStorage scan;
-  PlanReduce::TempStorage reduce;
-};
 
 // cost_begin[0..batch): the exclusive prefix of each sequence's cost (the balanced plan's, or the
 // sequence-aligned plan's when pages_per_part > 0); returns the total. Every thread calls it.
 __device__ int write_cost_prefix(const PlanKernelArgs& args, int32_t* cost_begin,
-                                 int pages_per_part, PlanTempStorage& storage, int& carry) {
+                                 int pages_per_part, PlanScan::TempStorage& storage, int& carry) {
   const int tid = threadIdx.x;
   if (tid == 0) carry = 0;
   __syncthreads();
@@ -57,7 +51,7 @@ __device__ int write_cost_prefix(const PlanKernelArgs& args, int32_t* cost_begin
       cost = pages_per_part > 0 ? aligned_seq_cost(pages, pages_per_part) : seq_cost(pages);
     }
     int prefix, chunk_total;
-    PlanScan(storage.scan).ExclusiveSum(cost, prefix, chunk_total);
+    PlanScan(storage).ExclusiveSum(cost, prefix, chunk_total);
     if (seq < args.batch) cost_begin[seq] = carry + prefix;
     __syncthreads();
     if (tid == 0) carry += chunk_total;
@@ -68,28 +62,71 @@ __device__ int write_cost_prefix(const PlanKernelArgs& args, int32_t* cost_begin
   return total;
 }
 
-// The block-wide sum over sequences of value(sequence, its pages); every thread gets it.
-template <typename Value>
-__device__ long long sum_over_seqs(const PlanKernelArgs& args, Value value,
-                                   PlanTempStorage& storage, long long& result) {
-  long long own = 0;
-  for (int seq = threadIdx.x; seq < args.batch; seq += kPlanThreads)
-    own += value(seq, pages_of_seq(args, seq));
-  const long long total = PlanReduce(storage.reduce).Sum(own);
-  if (threadIdx.x == 0) result = total;
+__device__ __forceinline__ long long warp_sum(long long value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(~0u, value, offset);
+  return value;  // in lane 0
+}
+
+// The sequence-aligned plan's T, or 0 when it is not taken (the host's aligned_pages_per_part()):
+// two passes over the sequences, each summed per warp into shared counters (the totals, then the
+// parts every candidate T needs). Every thread calls it; every thread gets the result.
+__device__ int aligned_pages_per_part(const PlanKernelArgs& args, const int32_t* cost_begin,
+                                      int balanced_share) {
+  constexpr int kTotalPages = 0, kBusy = 1, kBalancedPieces = 2;
+  __shared__ unsigned long long totals[3];
+  __shared__ int needed[kDecodeAlignedCandidates];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  if (tid < 3) totals[tid] = 0;
+  if (tid < kDecodeAlignedCandidates) needed[tid] = 0;
   __syncthreads();
-  const long long all = result;
+  const bool capped = aligned_pieces_capped(args.rows_per_tile);
+  long long pages_sum = 0, busy = 0, pieces = 0;
+  for (int seq = tid; seq < args.batch; seq += kPlanThreads) {
+    const int pages = pages_of_seq(args, seq);
+    pages_sum += pages;
+    busy += pages > 0 ? 1 : 0;
+    if (capped)
+      pieces += num_splits_of(cost_begin[seq], pages, balanced_share, kDecodeFixedCostPages);
+  }
+  pages_sum = warp_sum(pages_sum);
+  busy = warp_sum(busy);
+  pieces = warp_sum(pieces);
+  if (lane == 0) {
+    atomicAdd(&totals[kTotalPages], static_cast<unsigned long long>(pages_sum));
+    atomicAdd(&totals[kBusy], static_cast<unsigned long long>(busy));
+    atomicAdd(&totals[kBalancedPieces], static_cast<unsigned long long>(pieces));
+  }
   __syncthreads();
-  return all;
+  const long long total_pages = static_cast<long long>(totals[kTotalPages]);
+  const long long busy_seqs = static_cast<long long>(totals[kBusy]);
+  const long long max_pieces = capped ? static_cast<long long>(totals[kBalancedPieces]) : 0;
+  if (busy_seqs == 0 || busy_seqs > args.num_parts) return 0;
+  const int first = aligned_first_candidate(total_pages, args.num_parts);
+  const int last = min(balanced_share, first + kDecodeAlignedCandidates - 1);
+  for (int base = 0; base < args.batch; base += kPlanThreads) {  // the same trip count per warp
+    const int seq = base + tid;
+    const int pages = seq < args.batch ? pages_of_seq(args, seq) : 0;
+    for (int t = first; t <= last; ++t) {
+      const int parts = __reduce_add_sync(~0u, static_cast<unsigned>(aligned_parts_of(pages, t)));
+      if (lane == 0 && parts != 0) atomicAdd(&needed[t - first], parts);
+    }
+  }
+  __syncthreads();
+  for (int t = first; t <= last; ++t) {
+    const long long parts = needed[t - first];
+    if (parts <= args.num_parts && (max_pieces == 0 || parts <= max_pieces)) return t;
+  }
+  return 0;
 }
 
 // Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
-  __shared__ PlanTempStorage storage;
+  __shared__ PlanScan::TempStorage storage;
   __shared__ int carry;
   __shared__ int max_seq_cost;
-  __shared__ long long reduced;
   int32_t* header = args.plan;
   int32_t* cost_begin = header + kDecodePlanHeaderInts;
   int32_t* split_begin = cost_begin + args.batch + 1;
@@ -111,36 +148,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   int total_cost = write_cost_prefix(args, cost_begin, 0, storage, carry);
   int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
 
-  // The sequence-aligned plan's T, when it is taken (the host's aligned_pages_per_part()).
-  int aligned = 0;
-  if (args.sequence_aligned && args.min_cost_per_part <= 1) {
-    const long long total_pages = sum_over_seqs(
-        args, [](int, int pages) { return (long long)pages; }, storage, reduced);
-    const long long busy = sum_over_seqs(
-        args, [](int, int pages) { return pages > 0 ? 1ll : 0ll; }, storage, reduced);
-    // The balanced plan's pieces, where they cap the aligned plan's (0: no cap).
-    long long max_pieces = 0;
-    if (aligned_pieces_capped(args.rows_per_tile)) {
-      const int share = per_part;
-      max_pieces = sum_over_seqs(
-          args,
-          [cost_begin, share](int seq, int pages) {
-            return (long long)num_splits_of(cost_begin[seq], pages, share, kDecodeFixedCostPages);
-          },
-          storage, reduced);
-    }
-    if (busy > 0 && busy <= args.num_parts) {
-      for (int t = aligned_first_candidate(total_pages, args.num_parts); t <= per_part; ++t) {
-        const long long needed = sum_over_seqs(
-            args, [t](int, int pages) { return (long long)aligned_parts_of(pages, t); }, storage,
-            reduced);
-        if (needed <= args.num_parts && (max_pieces == 0 || needed <= max_pieces)) {
-          aligned = t;
-          break;
-        }
-      }
-    }
-  }
+  // The sequence-aligned plan's T, when it is taken.
+  const int aligned = args.sequence_aligned && args.min_cost_per_part <= 1
+                          ? aligned_pages_per_part(args, cost_begin, per_part)
+                          : 0;
   const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
   if (aligned > 0) {
     per_part = aligned;
@@ -156,7 +167,7 @@ __global__ void __launch_bounds__(kPlanThreads)
                                                         per_part, page_offset)
                                         : 0;
     int prefix, chunk_total;
-    PlanScan(storage.scan).ExclusiveSum(splits, prefix, chunk_total);
+    PlanScan(storage).ExclusiveSum(splits, prefix, chunk_total);
     if (seq < args.batch) split_begin[seq] = carry + prefix;
     __syncthreads();
     if (tid == 0) carry += chunk_total;

@@ -25,7 +25,9 @@ int aligned_pages_per_part(const std::vector<int>& pages, int num_parts, int bal
     busy += n > 0 ? 1 : 0;
   }
   if (busy == 0 || busy > num_parts) return 0;
-  for (int t = aligned_first_candidate(total_pages, num_parts); t <= balanced_share; ++t) {
+  const int first = aligned_first_candidate(total_pages, num_parts);
+  const int last = std::min(balanced_share, first + kDecodeAlignedCandidates - 1);
+  for (int t = first; t <= last; ++t) {
     int64_t needed = 0;
     for (int n : pages) needed += aligned_parts_of(n, t);
     if (needed <= num_parts && (max_pieces == 0 || needed <= max_pieces)) return t;
