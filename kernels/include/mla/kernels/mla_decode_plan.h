@@ -154,7 +154,7 @@ struct alignas(16) DecodePartRecord {
   int32_t split_index = 0;
   int32_t num_splits = 0;
   int32_t cost_per_part = 0;  // the plan's C, so the part's later pieces need no header load
-  int32_t page_offset = 0;    // the plan's page_offset, for the same reason
+  int32_t page_offset = 0;    // the plan's page_offset (for checks: the cursor reads the header's)
 };
 inline constexpr int kDecodePartRecordInts = 8;
 static_assert(sizeof(DecodePartRecord) == kDecodePartRecordInts * sizeof(int32_t));
@@ -231,7 +231,7 @@ class PartPieceCursor {
                                                   const int32_t* seqlens, int max_pages_per_seq,
                                                   int part) {
     PartPieceCursor cursor(plan, seqlens, max_pages_per_seq, part);
-    cursor.start_scan(plan.cost_per_part(), plan.page_offset(), plan.part_first_seq()[part]);
+    cursor.start_scan(plan.cost_per_part(), plan.part_first_seq()[part]);
     return cursor;
   }
 
@@ -239,10 +239,10 @@ class PartPieceCursor {
   MLA_HOST_DEVICE bool first(DecodePiece* piece) {
     const DecodePartRecord record = load_part_record(plan_.part_records() + part_);
     if (record.seq < 0) {
-      start_scan(1, 0, plan_.batch);  // nothing here, nothing after
+      start_scan(1, plan_.batch);  // nothing here, nothing after
       return false;
     }
-    start_scan(record.cost_per_part, record.page_offset, record.seq + 1);
+    start_scan(record.cost_per_part, record.seq + 1);
     *piece = {record.seq,      record.seqlen,      record.page_begin,
               record.page_end, record.split_index, record.num_splits};
     return true;
@@ -251,12 +251,15 @@ class PartPieceCursor {
   // The next piece, after first() (or from the start, for a scanning() cursor).
   MLA_HOST_DEVICE bool next(DecodePiece* piece) {
     const int32_t* cost_begin = plan_.cost_begin();
+    // From the header, not held across the kernel (a register more spilled the 16-row body); its
+    // load goes out beside the first cost_begin load, so the scan waits no longer.
+    const int page_offset = plan_.page_offset();
     const int unit_begin = part_ * per_part_;
     const int unit_end = unit_begin + per_part_;
     for (; seq_ < plan_.batch && cost_begin[seq_] < unit_end; ++seq_) {
       const int seqlen = clamp_seqlen(seqlens_[seq_], max_pages_per_seq_);
       const int num_pages = num_pages_of(seqlen);
-      const int first = first_page_unit(cost_begin[seq_], page_offset_);
+      const int first = first_page_unit(cost_begin[seq_], page_offset);
       const int begin = clamp_index(unit_begin - first, num_pages);
       const int end = clamp_index(unit_end - first, num_pages);
       if (begin >= end) continue;
@@ -276,18 +279,16 @@ class PartPieceCursor {
   MLA_HOST_DEVICE static int clamp_index(int value, int upper) {
     return value < 0 ? 0 : value > upper ? upper : value;
   }
-  MLA_HOST_DEVICE void start_scan(int per_part, int page_offset, int seq) {
+  MLA_HOST_DEVICE void start_scan(int per_part, int seq) {
     per_part_ = per_part > 0 ? per_part : 1;
-    page_offset_ = page_offset;
     seq_ = seq;
   }
   DecodePlanView plan_;
   const int32_t* seqlens_;
   int max_pages_per_seq_;
   int part_;
-  int per_part_ = 1;     // the plan's C (from the record, or the header when scanning())
-  int page_offset_ = 0;  // the plan's page_offset (likewise)
-  int seq_ = 0;          // the next sequence the scan looks at
+  int per_part_ = 1;  // the plan's C (from the record, or the header when scanning())
+  int seq_ = 0;       // the next sequence the scan looks at
 };
 
 // A part's record: its first piece (none: seq = -1), its C and page_offset.
