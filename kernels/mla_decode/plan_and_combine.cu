@@ -36,23 +36,20 @@ __device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq)
 
 using PlanScan = cub::BlockScan<int, kPlanThreads>;
 
-// cost_begin[0..batch): the exclusive prefix of each sequence's cost (the balanced plan's, or the
-// sequence-aligned plan's when pages_per_part > 0); returns the total. Every thread calls it.
-__device__ int write_cost_prefix(const PlanKernelArgs& args, int32_t* cost_begin,
-                                 int pages_per_part, PlanScan::TempStorage& storage, int& carry) {
+// out[0..batch): the exclusive prefix over the sequences of value(sequence, its pages), chunk by
+// chunk of kPlanThreads; returns the total. Every thread calls it.
+template <typename Value>
+__device__ int write_prefix(const PlanKernelArgs& args, int32_t* out, Value value,
+                            PlanScan::TempStorage& storage, int& carry) {
   const int tid = threadIdx.x;
   if (tid == 0) carry = 0;
   __syncthreads();
   for (int base = 0; base < args.batch; base += kPlanThreads) {
     const int seq = base + tid;
-    int cost = 0;
-    if (seq < args.batch) {
-      const int pages = pages_of_seq(args, seq);
-      cost = pages_per_part > 0 ? aligned_seq_cost(pages, pages_per_part) : seq_cost(pages);
-    }
+    const int own = seq < args.batch ? value(seq, pages_of_seq(args, seq)) : 0;
     int prefix, chunk_total;
-    PlanScan(storage).ExclusiveSum(cost, prefix, chunk_total);
-    if (seq < args.batch) cost_begin[seq] = carry + prefix;
+    PlanScan(storage).ExclusiveSum(own, prefix, chunk_total);
+    if (seq < args.batch) out[seq] = carry + prefix;
     __syncthreads();
     if (tid == 0) carry += chunk_total;
     __syncthreads();
@@ -145,7 +142,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     const int cost = seq_cost(pages_of_seq(args, seq));
     if (cost > 0) atomicMax(&max_seq_cost, cost);
   }
-  int total_cost = write_cost_prefix(args, cost_begin, 0, storage, carry);
+  int total_cost = write_prefix(
+      args, cost_begin, [](int, int pages) { return seq_cost(pages); }, storage, carry);
   int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
 
   // The sequence-aligned plan's T, when it is taken.
@@ -155,32 +153,26 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
   if (aligned > 0) {
     per_part = aligned;
-    total_cost = write_cost_prefix(args, cost_begin, aligned, storage, carry);
+    total_cost = write_prefix(
+        args, cost_begin, [aligned](int, int pages) { return aligned_seq_cost(pages, aligned); },
+        storage, carry);
   }
 
   // Pass 2: exclusive prefix of splits per sequence.
-  if (tid == 0) carry = 0;
-  __syncthreads();
-  for (int base = 0; base < args.batch; base += kPlanThreads) {
-    const int seq = base + tid;
-    const int splits = seq < args.batch ? num_splits_of(cost_begin[seq], pages_of_seq(args, seq),
-                                                        per_part, page_offset)
-                                        : 0;
-    int prefix, chunk_total;
-    PlanScan(storage).ExclusiveSum(splits, prefix, chunk_total);
-    if (seq < args.batch) split_begin[seq] = carry + prefix;
-    __syncthreads();
-    if (tid == 0) carry += chunk_total;
-    __syncthreads();
-  }
+  const int total_splits = write_prefix(
+      args, split_begin,
+      [cost_begin, per_part, page_offset](int seq, int pages) {
+        return num_splits_of(cost_begin[seq], pages, per_part, page_offset);
+      },
+      storage, carry);
   if (tid == 0) {
     header[0] = per_part;
-    header[1] = carry;
+    header[1] = total_splits;
     header[2] = args.batch;
     header[3] = args.num_parts;
     header[4] = page_offset;
     cost_begin[args.batch] = total_cost;
-    split_begin[args.batch] = carry;
+    split_begin[args.batch] = total_splits;
   }
   __syncthreads();
 
