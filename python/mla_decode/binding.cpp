@@ -245,14 +245,19 @@ py::dict metadata_layout_dict(int batch, int seqlen_q, int num_heads_q, int num_
   result["ints"] = layout.ints;
   result["num_splits_offset"] = layout.num_splits_offset;
   result["num_parts"] = layout.num_parts;
+  result["rows_per_tile"] = layout.rows_per_tile;
   result["max_splits"] = layout.max_splits;
   return result;
 }
 
+// The plan get_mla_metadata makes on the device for this many parts and rows per tile (the
+// sequence-aligned plan unless MLA_DECODE_SEQUENCE_ALIGNED=0, as there).
 std::vector<int32_t> plan_host(const std::vector<int32_t>& seqlens, int num_parts,
-                               int max_pages_per_seq) {
-  return kernels::make_decode_plan_host(seqlens.data(), static_cast<int>(seqlens.size()), num_parts,
-                                        max_pages_per_seq);
+                               int max_pages_per_seq, int rows_per_tile) {
+  return kernels::make_decode_plan_host(
+      seqlens.data(), static_cast<int>(seqlens.size()), num_parts, max_pages_per_seq,
+      kernels::plan_min_cost_per_part(kernels::MlaDecodePlanParams{}),
+      kernels::plan_sequence_aligned(kernels::MlaDecodePlanParams{}), rows_per_tile);
 }
 
 }  // namespace
@@ -276,6 +281,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("num_heads_q"), py::arg("num_heads_kv"), py::arg("num_sms"),
         "Sizes and offsets inside the metadata tensor for a shape (no GPU needed).");
   m.def("plan_host", &plan_host, py::arg("seqlens"), py::arg("num_parts"),
-        py::arg("max_pages_per_seq"),
+        py::arg("max_pages_per_seq"), py::arg("rows_per_tile") = 16,
         "The plan computed on the host: word for word what make_metadata writes (for tests).");
 }

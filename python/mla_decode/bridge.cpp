@@ -49,8 +49,10 @@ MetadataLayout metadata_layout(int batch, int seqlen_q, int num_heads_q, int num
   // The plan sits at the workspace's start: header, cost_begin[b + 1], split_begin[b + 1], ...
   result.num_splits_offset = static_cast<int64_t>(layout.plan_offset / sizeof(int32_t)) +
                              kernels::kDecodePlanHeaderInts + batch + 1;
-  result.num_parts =
-      kernels::decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms).num_parts;
+  const kernels::DecodeLaunchShape shape =
+      kernels::decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
+  result.num_parts = shape.num_parts;
+  result.rows_per_tile = shape.rows_per_tile;
   result.max_splits = layout.max_splits;
   return result;
 }

@@ -23,6 +23,7 @@ struct MetadataLayout {
   int64_t ints = 0;               // the workspace in int32 (tile_scheduler_metadata.numel())
   int64_t num_splits_offset = 0;  // where the plan's split_begin[b + 1] starts, in int32
   int num_parts = 0;              // split-KV partitions per kv head and row tile
+  int rows_per_tile = 0;          // query rows per CTA (the plan's pieces depend on it)
   int max_splits = 0;             // batch + num_parts
 };
 MetadataLayout metadata_layout(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,

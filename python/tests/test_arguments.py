@@ -158,7 +158,7 @@ def test_metadata_layout():
 def test_plan_host_split_prefix():
     seqlens = [0, 1, 4000, 65, 30000, 7, 0, 2048]
     layout = mla_decode._C.metadata_layout(len(seqlens), 1, 16, 1, 132)
-    plan = mla_decode._C.plan_host(seqlens, layout["num_parts"], 1000)
+    plan = mla_decode._C.plan_host(seqlens, layout["num_parts"], 1000, layout["rows_per_tile"])
     offset = layout["num_splits_offset"]
     splits = plan[offset : offset + len(seqlens) + 1]
     assert splits[0] == 0 and splits == sorted(splits) and splits[-1] == plan[1]

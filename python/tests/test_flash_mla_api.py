@@ -166,7 +166,9 @@ def test_num_splits_is_the_plans_split_prefix():
     assert metadata.dtype == torch.int32 and metadata.shape == (layout["ints"],)
     assert num_splits.dtype == torch.int32 and num_splits.shape == (len(seqlens) + 1,)
     unbounded_pages = (2**31 - 1) // 64
-    want_plan = mla_decode._C.plan_host(seqlens, layout["num_parts"], unbounded_pages)
+    want_plan = mla_decode._C.plan_host(
+        seqlens, layout["num_parts"], unbounded_pages, layout["rows_per_tile"]
+    )
     assert metadata[: len(want_plan)].tolist() == want_plan
     splits = num_splits.tolist()
     assert splits[0] == 0 and splits == sorted(splits)

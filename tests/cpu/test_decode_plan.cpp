@@ -330,8 +330,10 @@ TEST(DecodePlan, RandomRaggedBatches) {
 }
 
 TEST(DecodePlan, MinCostPerPartMakesFewerLongerPieces) {
-  // min 0 and 1 are the balanced plan, word for word.
+  // min 0 and 1 are the same plan, word for word (balanced, and sequence-aligned when allowed).
   std::vector<int32_t> seqlens = {4096};
+  EXPECT_EQ(make_decode_plan_host(seqlens.data(), 1, 132, 64, 0, false),
+            make_decode_plan_host(seqlens.data(), 1, 132, 64, 1, false));
   EXPECT_EQ(make_decode_plan_host(seqlens.data(), 1, 132, 64, 0),
             make_decode_plan_host(seqlens.data(), 1, 132, 64, 1));
   // b = 1, s_k = 4096: 64 one-page pieces balanced; with 8 pages per part, 9 pieces (units 5..68

@@ -460,15 +460,20 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   // minimum cost per part. The plan also zeroes kFast's combine counters (the workspace starts as
   // 0xff bytes).
   std::mt19937 rng(3);
-  int aligned_plans = 0, balanced_plans = 0;
+  int aligned_plans = 0, balanced_plans = 0, aligned_large_batches = 0;
   for (int batch : {1, 5, 64, 1500, 3000}) {
-    for (int heads : {16, 128}) {
-      for (int variant = 0; variant < 4; ++variant) {
+    for (int heads : {8, 16, 128}) {  // 16, 32 and 256 rows a kv head (s_q = 2)
+      for (int variant = 0; variant < 5; ++variant) {
         const int min_cost = variant == 1 ? 9 : 0;
         const bool equal_lengths = variant == 2;
         const bool sequence_aligned = variant != 3;
         std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
         if (equal_lengths) std::fill(seqlens.begin(), seqlens.end(), 1900);
+        // Variant 4: most sequences empty, so that large batches (several scan chunks of the
+        // plan kernel) can take the sequence-aligned plan too.
+        if (variant == 4) {
+          for (size_t i = 0; i < seqlens.size(); ++i) seqlens[i] = i % 50 == 7 ? 1900 : 0;
+        }
         seqlens[0] = -3;        // negative counts as empty
         seqlens.back() = 5000;  // beyond the block table's capacity: clamped
         const int max_pages = 3000 / 64 + 1;
@@ -502,6 +507,7 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         const bool aligned =
             kernels::DecodePlanView{want.data(), batch, shape.num_parts}.sequence_aligned();
         (aligned ? aligned_plans : balanced_plans) += 1;
+        if (aligned && batch > 1024) ++aligned_large_batches;
         if (!sequence_aligned || min_cost > 1) {
           EXPECT_FALSE(aligned) << "variant " << variant;
         }
@@ -518,7 +524,8 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   }
   // Both plans were compared (unless the environment turned the aligned one off).
   if (kernels::plan_sequence_aligned(kernels::MlaDecodePlanParams{})) {
-    EXPECT_GE(aligned_plans, 4);
+    EXPECT_GE(aligned_plans, 8);
+    EXPECT_GE(aligned_large_batches, 2) << "no aligned plan over several scan chunks";
   }
   EXPECT_GE(balanced_plans, 4);
 }

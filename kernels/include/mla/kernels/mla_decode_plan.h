@@ -100,8 +100,9 @@ MLA_HOST_DEVICE bool aligned_pieces_capped(int rows_per_tile) {
   return rows_per_tile > 16;
 }
 // Candidates tried: T_lo .. min(C, T_lo + kDecodeAlignedCandidates - 1). With at most num_parts
-// sequences, C - T_lo is at most ~ceil(5 · batch / num_parts) + 1 plus the whole-sequence rule's
-// slack (≤ 11), so the limit only keeps the device plan's per-candidate counters bounded.
+// sequences with pages (the plan is only tried then), C - T_lo is at most
+// ceil(5 · those sequences / num_parts) + 1 plus the whole-sequence rule's slack (≤ 10), so the
+// limit only keeps the device plan's per-candidate counters bounded.
 inline constexpr int kDecodeAlignedCandidates = 16;
 MLA_HOST_DEVICE int aligned_first_candidate(int64_t total_pages, int num_parts) {
   const int64_t lower = (total_pages + num_parts - 1) / num_parts;
