@@ -65,7 +65,8 @@ __device__ __forceinline__ long long warp_sum(long long value) {
   return value;  // in lane 0
 }
 
-// The sequence-aligned plan's T, or 0 when it is not taken (the host's aligned_pages_per_part()):
+// The sequence-aligned plan's T, or 0 when it is not taken (the host's aligned_pages_per_part(),
+// with the same tests from mla_decode_plan.h):
 // two passes over the sequences, each summed per warp into shared counters (the totals, then the
 // parts every candidate T needs). Every thread calls it; every thread gets the result.
 __device__ int aligned_pages_per_part(const PlanKernelArgs& args, const int32_t* cost_begin,
@@ -99,9 +100,10 @@ __device__ int aligned_pages_per_part(const PlanKernelArgs& args, const int32_t*
   const long long total_pages = static_cast<long long>(totals[kTotalPages]);
   const long long busy_seqs = static_cast<long long>(totals[kBusy]);
   const long long max_pieces = capped ? static_cast<long long>(totals[kBalancedPieces]) : 0;
-  if (busy_seqs == 0 || busy_seqs > args.num_parts) return 0;
+  if (!aligned_plan_tried(args.sequence_aligned, args.min_cost_per_part, busy_seqs, args.num_parts))
+    return 0;
   const int first = aligned_first_candidate(total_pages, args.num_parts);
-  const int last = min(balanced_share, first + kDecodeAlignedCandidates - 1);
+  const int last = aligned_last_candidate(first, balanced_share);
   for (int base = 0; base < args.batch; base += kPlanThreads) {  // the same trip count per warp
     const int seq = base + tid;
     const int pages = seq < args.batch ? pages_of_seq(args, seq) : 0;
@@ -112,8 +114,7 @@ __device__ int aligned_pages_per_part(const PlanKernelArgs& args, const int32_t*
   }
   __syncthreads();
   for (int t = first; t <= last; ++t) {
-    const long long parts = needed[t - first];
-    if (parts <= args.num_parts && (max_pieces == 0 || parts <= max_pieces)) return t;
+    if (aligned_candidate_fits(needed[t - first], args.num_parts, max_pieces)) return t;
   }
   return 0;
 }
@@ -135,21 +136,22 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
     args.combine_counters[i] = 0;
 
-  // Pass 1: the balanced plan's cost prefix and C.
+  // Pass 1: the balanced plan's cost prefix, its costliest sequence, and C. (write_prefix's
+  // barriers order the zero before the maxima and the maxima before the read.)
   if (tid == 0) max_seq_cost = 0;
-  __syncthreads();
-  for (int seq = tid; seq < args.batch; seq += kPlanThreads) {
-    const int cost = seq_cost(pages_of_seq(args, seq));
-    if (cost > 0) atomicMax(&max_seq_cost, cost);
-  }
+  int* const costliest = &max_seq_cost;
   int total_cost = write_prefix(
-      args, cost_begin, [](int, int pages) { return seq_cost(pages); }, storage, carry);
+      args, cost_begin,
+      [costliest](int, int pages) {
+        const int cost = seq_cost(pages);
+        if (cost > 0) atomicMax(costliest, cost);
+        return cost;
+      },
+      storage, carry);
   int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
 
   // The sequence-aligned plan's T, when it is taken.
-  const int aligned = args.sequence_aligned && args.min_cost_per_part <= 1
-                          ? aligned_pages_per_part(args, cost_begin, per_part)
-                          : 0;
+  const int aligned = aligned_pages_per_part(args, cost_begin, per_part);
   const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
   if (aligned > 0) {
     per_part = aligned;

@@ -12,25 +12,22 @@ int32_t first_seq_after(const int32_t* cost_begin, int batch, int unit) {
                               (cost_begin + 1));
 }
 
-// The sequence-aligned plan's pages per part T, or 0 when it is not taken (mla_decode_plan.h):
-// more sequences with pages than parts, no T up to the balanced C that fits, or min_cost_per_part.
+// The sequence-aligned plan's pages per part T, or 0 when it is not taken (mla_decode_plan.h).
 // max_pieces: the most pieces it may make (0: no limit).
 int aligned_pages_per_part(const std::vector<int>& pages, int num_parts, int balanced_share,
-                           int min_cost_per_part, int64_t max_pieces) {
-  if (min_cost_per_part > 1) return 0;
+                           bool allowed, int min_cost_per_part, int64_t max_pieces) {
   int64_t total_pages = 0;
   int busy = 0;
   for (int n : pages) {
     total_pages += n;
     busy += n > 0 ? 1 : 0;
   }
-  if (busy == 0 || busy > num_parts) return 0;
+  if (!aligned_plan_tried(allowed, min_cost_per_part, busy, num_parts)) return 0;
   const int first = aligned_first_candidate(total_pages, num_parts);
-  const int last = std::min(balanced_share, first + kDecodeAlignedCandidates - 1);
-  for (int t = first; t <= last; ++t) {
+  for (int t = first; t <= aligned_last_candidate(first, balanced_share); ++t) {
     int64_t needed = 0;
     for (int n : pages) needed += aligned_parts_of(n, t);
-    if (needed <= num_parts && (max_pieces == 0 || needed <= max_pieces)) return t;
+    if (aligned_candidate_fits(needed, num_parts, max_pieces)) return t;
   }
   return 0;
 }
@@ -62,9 +59,8 @@ std::vector<int32_t> make_decode_plan_host(const int32_t* seqlens, int batch, in
       cost += seq_cost(pages[seq]);
     }
   }
-  const int aligned = sequence_aligned ? aligned_pages_per_part(pages, num_parts, per_part,
-                                                                min_cost_per_part, max_pieces)
-                                       : 0;
+  const int aligned = aligned_pages_per_part(pages, num_parts, per_part, sequence_aligned,
+                                             min_cost_per_part, max_pieces);
   const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
   if (aligned > 0) per_part = aligned;
   for (int seq = 0; seq < batch; ++seq)

@@ -567,7 +567,9 @@ TEST_P(MlaDecodeGpu, SequenceAlignedAndBalancedPlansBothMatchTheReference) {
       int32_t header[kernels::kDecodePlanHeaderInts];
       MLA_CUDA_CHECK(cudaMemcpy(header, static_cast<uint8_t*>(plan.workspace) + layout.plan_offset,
                                 sizeof(header), cudaMemcpyDeviceToHost));
-      const bool aligned = header[4] == 0;  // page_offset
+      const int parts =
+          kernels::decode_launch_shape(c.seqlen_q, c.heads, 1, plan.num_sms).num_parts;
+      const bool aligned = kernels::DecodePlanView{header, problem.batch, parts}.sequence_aligned();
       if (!kernels::plan_sequence_aligned(plan)) {
         EXPECT_FALSE(aligned) << label;
       } else if (c.expect_aligned) {

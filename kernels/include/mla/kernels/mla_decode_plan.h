@@ -108,6 +108,24 @@ MLA_HOST_DEVICE int aligned_first_candidate(int64_t total_pages, int num_parts) 
   const int64_t lower = (total_pages + num_parts - 1) / num_parts;
   return lower > 1 ? static_cast<int>(lower) : 1;
 }
+MLA_HOST_DEVICE int aligned_last_candidate(int first_candidate, int balanced_share) {
+  const int last = first_candidate + kDecodeAlignedCandidates - 1;
+  return last < balanced_share ? last : balanced_share;
+}
+
+// Whether the sequence-aligned plan is tried at all: allowed (MlaDecodePlanParams), no minimum
+// cost per part asked for, and every one of the busy sequences (those with pages) can have a part.
+MLA_HOST_DEVICE bool aligned_plan_tried(bool allowed, int min_cost_per_part, int64_t busy_seqs,
+                                        int num_parts) {
+  return allowed && min_cost_per_part <= 1 && busy_seqs > 0 && busy_seqs <= num_parts;
+}
+
+// Whether a candidate T whose pieces need parts_needed parts fits (max_pieces: the balanced plan's
+// pieces where aligned_pieces_capped(), else 0 for no cap).
+MLA_HOST_DEVICE bool aligned_candidate_fits(int64_t parts_needed, int num_parts,
+                                            int64_t max_pieces) {
+  return parts_needed <= num_parts && (max_pieces == 0 || parts_needed <= max_pieces);
+}
 
 // Balanced share: ceil(total / num_parts), at least 1 and at least min_cost_per_part (a larger C
 // makes fewer, longer pieces and leaves the last parts empty; 0 keeps the balanced plan).
