@@ -28,28 +28,46 @@ struct PlanKernelArgs {
   int min_cost_per_part;
   bool sequence_aligned;  // may make the sequence-aligned plan (mla_decode_plan.h)
   int rows_per_tile;      // the launch shape's (aligned_pieces_capped())
+  bool staged;            // decode_plan_staged(): the plan's front and the lengths in shared memory
 };
 
-__device__ __forceinline__ int pages_of_seq(const PlanKernelArgs& args, int seq) {
-  return num_pages_of(clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq));
-}
+// Where the kernel's passes read and write: the plan's front (header, cost_begin, split_begin,
+// part_first_seq, in the plan's layout) and the sequence lengths. Staged (decode_plan_staged()),
+// both are in shared memory, the lengths already clamped, and the front is copied to the plan at
+// the end: the seqlens are then read from global memory once, and no pass waits on a global load
+// (the binary searches and the records' scans were chains of them). Otherwise they are the plan
+// itself and the device seqlens.
+struct PlanBuffers {
+  int32_t* front;
+  const int32_t* lengths;
+  int batch;
+  int max_pages_per_seq;
+
+  __device__ __forceinline__ int pages(int seq) const {
+    return num_pages_of(clamp_seqlen(lengths[seq], max_pages_per_seq));
+  }
+  __device__ __forceinline__ int32_t* cost_begin() const { return front + kDecodePlanHeaderInts; }
+  __device__ __forceinline__ int32_t* split_begin() const { return cost_begin() + batch + 1; }
+  __device__ __forceinline__ int32_t* part_first_seq() const { return split_begin() + batch + 1; }
+};
 
 using PlanScan = cub::BlockScan<int, kPlanThreads>;
 
 // out[0..batch): the exclusive prefix over the sequences of value(sequence, its pages), chunk by
-// chunk of kPlanThreads; returns the total. Every thread calls it.
+// chunk of kPlanThreads; returns the total. Every thread calls it; thread t handles sequences
+// t, t + kPlanThreads, ... (later passes rely on it to read back what they wrote).
 template <typename Value>
-__device__ int write_prefix(const PlanKernelArgs& args, int32_t* out, Value value,
+__device__ int write_prefix(const PlanBuffers& buffers, int32_t* out, Value value,
                             PlanScan::TempStorage& storage, int& carry) {
   const int tid = threadIdx.x;
   if (tid == 0) carry = 0;
   __syncthreads();
-  for (int base = 0; base < args.batch; base += kPlanThreads) {
+  for (int base = 0; base < buffers.batch; base += kPlanThreads) {
     const int seq = base + tid;
-    const int own = seq < args.batch ? value(seq, pages_of_seq(args, seq)) : 0;
+    const int own = seq < buffers.batch ? value(seq, buffers.pages(seq)) : 0;
     int prefix, chunk_total;
     PlanScan(storage).ExclusiveSum(own, prefix, chunk_total);
-    if (seq < args.batch) out[seq] = carry + prefix;
+    if (seq < buffers.batch) out[seq] = carry + prefix;
     __syncthreads();
     if (tid == 0) carry += chunk_total;
     __syncthreads();
@@ -65,54 +83,55 @@ __device__ __forceinline__ long long warp_sum(long long value) {
   return value;  // in lane 0
 }
 
+// Block-wide sums of per-thread values, into shared counters (zeroed by the caller, and a barrier
+// since); every thread gets them after the barrier here.
+template <int kCount>
+__device__ void block_sums(long long (&own)[kCount], unsigned long long (&totals)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) {
+    const long long sum = warp_sum(own[i]);
+    if ((threadIdx.x & 31) == 0 && sum != 0)
+      atomicAdd(&totals[i], static_cast<unsigned long long>(sum));
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) own[i] = static_cast<long long>(totals[i]);
+}
+
 // The sequence-aligned plan's T, or 0 when it is not taken (the host's aligned_pages_per_part(),
-// with the same tests from mla_decode_plan.h):
-// two passes over the sequences, each summed per warp into shared counters (the totals, then the
-// parts every candidate T needs). Every thread calls it; every thread gets the result.
-__device__ int aligned_pages_per_part(const PlanKernelArgs& args, const int32_t* cost_begin,
+// with the same tests from mla_decode_plan.h), from the totals of the cost pass: one pass over the
+// sequences counts, per warp into shared counters, the parts every candidate T needs and (where
+// aligned_pieces_capped()) the balanced plan's pieces. Every thread calls it; every thread gets
+// the result.
+__device__ int aligned_pages_per_part(const PlanKernelArgs& args, const PlanBuffers& buffers,
+                                      long long total_pages, long long busy_seqs,
                                       int balanced_share) {
-  constexpr int kTotalPages = 0, kBusy = 1, kBalancedPieces = 2;
-  __shared__ unsigned long long totals[3];
+  __shared__ unsigned long long balanced_pieces[1];
   __shared__ int needed[kDecodeAlignedCandidates];
+  if (!aligned_plan_tried(args.sequence_aligned, args.min_cost_per_part, busy_seqs, args.num_parts))
+    return 0;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
-  if (tid < 3) totals[tid] = 0;
+  if (tid == 0) balanced_pieces[0] = 0;
   if (tid < kDecodeAlignedCandidates) needed[tid] = 0;
   __syncthreads();
   const bool capped = aligned_pieces_capped(args.rows_per_tile);
-  long long pages_sum = 0, busy = 0, pieces = 0;
-  for (int seq = tid; seq < args.batch; seq += kPlanThreads) {
-    const int pages = pages_of_seq(args, seq);
-    pages_sum += pages;
-    busy += pages > 0 ? 1 : 0;
-    if (capped)
-      pieces += num_splits_of(cost_begin[seq], pages, balanced_share, kDecodeFixedCostPages);
-  }
-  pages_sum = warp_sum(pages_sum);
-  busy = warp_sum(busy);
-  pieces = warp_sum(pieces);
-  if (lane == 0) {
-    atomicAdd(&totals[kTotalPages], static_cast<unsigned long long>(pages_sum));
-    atomicAdd(&totals[kBusy], static_cast<unsigned long long>(busy));
-    atomicAdd(&totals[kBalancedPieces], static_cast<unsigned long long>(pieces));
-  }
-  __syncthreads();
-  const long long total_pages = static_cast<long long>(totals[kTotalPages]);
-  const long long busy_seqs = static_cast<long long>(totals[kBusy]);
-  const long long max_pieces = capped ? static_cast<long long>(totals[kBalancedPieces]) : 0;
-  if (!aligned_plan_tried(args.sequence_aligned, args.min_cost_per_part, busy_seqs, args.num_parts))
-    return 0;
   const int first = aligned_first_candidate(total_pages, args.num_parts);
   const int last = aligned_last_candidate(first, balanced_share);
+  const int32_t* cost_begin = buffers.cost_begin();
+  long long pieces[1] = {0};
   for (int base = 0; base < args.batch; base += kPlanThreads) {  // the same trip count per warp
     const int seq = base + tid;
-    const int pages = seq < args.batch ? pages_of_seq(args, seq) : 0;
+    const int pages = seq < args.batch ? buffers.pages(seq) : 0;
+    if (capped && pages > 0)
+      pieces[0] += num_splits_of(cost_begin[seq], pages, balanced_share, kDecodeFixedCostPages);
     for (int t = first; t <= last; ++t) {
       const int parts = __reduce_add_sync(~0u, static_cast<unsigned>(aligned_parts_of(pages, t)));
       if (lane == 0 && parts != 0) atomicAdd(&needed[t - first], parts);
     }
   }
-  __syncthreads();
+  block_sums(pieces, balanced_pieces);
+  const long long max_pieces = capped ? pieces[0] : 0;
   for (int t = first; t <= last; ++t) {
     if (aligned_candidate_fits(needed[t - first], args.num_parts, max_pieces)) return t;
   }
@@ -122,58 +141,84 @@ __device__ int aligned_pages_per_part(const PlanKernelArgs& args, const int32_t*
 // Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
+  extern __shared__ int32_t staged[];  // decode_plan_staged_ints() when args.staged
   __shared__ PlanScan::TempStorage storage;
   __shared__ int carry;
   __shared__ int max_seq_cost;
-  int32_t* header = args.plan;
-  int32_t* cost_begin = header + kDecodePlanHeaderInts;
-  int32_t* split_begin = cost_begin + args.batch + 1;
-  int32_t* part_first_seq = split_begin + args.batch + 1;
+  __shared__ unsigned long long totals[2];
   const int tid = threadIdx.x;
+  const int64_t front_ints = decode_part_records_offset(args.batch, args.num_parts);
+  const PlanBuffers buffers{args.staged ? staged : args.plan,
+                            args.staged ? staged + front_ints : args.seqlens, args.batch,
+                            args.max_pages_per_seq};
+  int32_t* const header = buffers.front;
+  int32_t* const cost_begin = buffers.cost_begin();
+  int32_t* const split_begin = buffers.split_begin();
+  int32_t* const part_first_seq = buffers.part_first_seq();
 
   // kFast's arrival counters start every step at 0 (each fused launch then adds a sequence's number
   // of pieces to its counter).
   for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
     args.combine_counters[i] = 0;
-
-  // Pass 1: the balanced plan's cost prefix, its costliest sequence, and C. (write_prefix's
-  // barriers order the zero before the maxima and the maxima before the read.)
+  if (args.staged) {
+    for (int seq = tid; seq < args.batch; seq += kPlanThreads)
+      staged[front_ints + seq] = clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq);
+  }
+  if (tid < 2) totals[tid] = 0;
   if (tid == 0) max_seq_cost = 0;
+
+  // Pass 1: the balanced plan's cost prefix, with the total pages, the sequences with pages and the
+  // costliest sequence, then C. (write_prefix's barriers order the stores above before the pass,
+  // and the maxima before the read.)
+  long long pass_totals[2] = {0, 0};  // pages, busy sequences
   int* const costliest = &max_seq_cost;
-  int total_cost = write_prefix(
-      args, cost_begin,
-      [costliest](int, int pages) {
+  const int total_cost = write_prefix(
+      buffers, cost_begin,
+      [costliest, &pass_totals](int, int pages) {
         const int cost = seq_cost(pages);
         if (cost > 0) atomicMax(costliest, cost);
+        pass_totals[0] += pages;
+        pass_totals[1] += pages > 0 ? 1 : 0;
         return cost;
       },
       storage, carry);
-  int per_part = cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
+  block_sums(pass_totals, totals);
+  const int balanced =
+      cost_per_part(total_cost, args.num_parts, args.min_cost_per_part, max_seq_cost);
 
   // The sequence-aligned plan's T, when it is taken.
-  const int aligned = aligned_pages_per_part(args, cost_begin, per_part);
+  const int aligned =
+      aligned_pages_per_part(args, buffers, pass_totals[0], pass_totals[1], balanced);
+  const int per_part = aligned > 0 ? aligned : balanced;
   const int page_offset = aligned > 0 ? 0 : kDecodeFixedCostPages;
+
+  // Pass 2: exclusive prefix of splits per sequence. In the sequence-aligned plan a sequence's
+  // splits are its parts, ceil(n / T), and its cost those parts' pages, so the same pass gives the
+  // cost prefix: T times the splits'.
+  int total_splits;
+  int final_cost = total_cost;
   if (aligned > 0) {
-    per_part = aligned;
-    total_cost = write_prefix(
-        args, cost_begin, [aligned](int, int pages) { return aligned_seq_cost(pages, aligned); },
+    total_splits = write_prefix(
+        buffers, split_begin,
+        [aligned](int, int pages) { return aligned_parts_of(pages, aligned); }, storage, carry);
+    for (int seq = tid; seq < args.batch; seq += kPlanThreads)  // what this thread wrote
+      cost_begin[seq] = aligned * split_begin[seq];
+    final_cost = aligned * total_splits;
+  } else {
+    total_splits = write_prefix(
+        buffers, split_begin,
+        [cost_begin, per_part](int seq, int pages) {
+          return num_splits_of(cost_begin[seq], pages, per_part, kDecodeFixedCostPages);
+        },
         storage, carry);
   }
-
-  // Pass 2: exclusive prefix of splits per sequence.
-  const int total_splits = write_prefix(
-      args, split_begin,
-      [cost_begin, per_part, page_offset](int seq, int pages) {
-        return num_splits_of(cost_begin[seq], pages, per_part, page_offset);
-      },
-      storage, carry);
   if (tid == 0) {
     header[0] = per_part;
     header[1] = total_splits;
     header[2] = args.batch;
     header[3] = args.num_parts;
     header[4] = page_offset;
-    cost_begin[args.batch] = total_cost;
+    cost_begin[args.batch] = final_cost;
     split_begin[args.batch] = total_splits;
   }
   __syncthreads();
@@ -193,17 +238,18 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
   __syncthreads();
 
-  // Pass 4: each part's first piece, so a decode CTA starts from one load (DecodePartRecord).
-  const DecodePlanView view{args.plan, args.batch, args.num_parts};
-  auto* records = reinterpret_cast<DecodePartRecord*>(
-      args.plan + decode_part_records_offset(args.batch, args.num_parts));
+  // Pass 4: each part's first piece, so a decode CTA starts from one load (DecodePartRecord), and
+  // the staged front copied out.
+  const DecodePlanView view{buffers.front, args.batch, args.num_parts};
+  auto* records = reinterpret_cast<DecodePartRecord*>(args.plan + front_ints);
   for (int part = tid; part < args.num_parts; part += kPlanThreads)
-    records[part] = first_piece_record(view, args.seqlens, args.max_pages_per_seq, part);
+    records[part] = first_piece_record(view, buffers.lengths, args.max_pages_per_seq, part);
   // The padding before the records is 0, as on the host (the plans compare word for word).
-  const int64_t padding_begin = part_first_seq + args.num_parts - args.plan;
-  for (int64_t i = padding_begin + tid; i < decode_part_records_offset(args.batch, args.num_parts);
-       i += kPlanThreads)
-    args.plan[i] = 0;
+  const int64_t padding_begin = part_first_seq + args.num_parts - header;
+  if (args.staged) {
+    for (int64_t i = tid; i < padding_begin; i += kPlanThreads) args.plan[i] = staged[i];
+  }
+  for (int64_t i = padding_begin + tid; i < front_ints; i += kPlanThreads) args.plan[i] = 0;
 }
 
 // The largest of value(k) for k in [0, count), over a warp (lanes stride over k); -inf if none.
@@ -509,8 +555,11 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       params.max_pages_per_seq,
                       min_cost_per_part,
                       sequence_aligned,
-                      shape.rows_per_tile};
-  mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(args);
+                      shape.rows_per_tile,
+                      decode_plan_staged(params.batch, shape.num_parts)};
+  const size_t staged_bytes =
+      args.staged ? decode_plan_staged_ints(args.batch, args.num_parts) * sizeof(int32_t) : 0;
+  mla_decode_plan_kernel<<<1, kPlanThreads, staged_bytes, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
 

@@ -455,13 +455,14 @@ TEST_P(MlaDecodeGpu, SeveralKvHeads) {
 
 TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   MLA_REQUIRE_SM90_GPU();
-  // Word for word, including batches larger than one scan chunk of the plan kernel (1024), with
-  // the balanced plan, the sequence-aligned one (equal and ragged lengths, and turned off) and a
-  // minimum cost per part. The plan also zeroes kFast's combine counters (the workspace starts as
-  // 0xff bytes).
+  // Word for word, including batches larger than one scan chunk of the plan kernel (1024) and one
+  // too large to stage in shared memory (decode_plan_staged()), with the balanced plan, the
+  // sequence-aligned one (equal and ragged lengths, and turned off) and a minimum cost per part.
+  // The plan also zeroes kFast's combine counters (the workspace starts as 0xff bytes).
   std::mt19937 rng(3);
   int aligned_plans = 0, balanced_plans = 0, aligned_large_batches = 0;
-  for (int batch : {1, 5, 64, 1500, 3000}) {
+  int staged_plans = 0, unstaged_plans = 0;
+  for (int batch : {1, 5, 64, 1500, 3000, 5000}) {
     for (int heads : {8, 16, 128}) {  // 16, 32 and 256 rows a kv head (s_q = 2)
       for (int variant = 0; variant < 5; ++variant) {
         const int min_cost = variant == 1 ? 9 : 0;
@@ -507,6 +508,7 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         const bool aligned =
             kernels::DecodePlanView{want.data(), batch, shape.num_parts}.sequence_aligned();
         (aligned ? aligned_plans : balanced_plans) += 1;
+        (kernels::decode_plan_staged(batch, shape.num_parts) ? staged_plans : unstaged_plans) += 1;
         if (aligned && batch > 1024) ++aligned_large_batches;
         if (!sequence_aligned || min_cost > 1) {
           EXPECT_FALSE(aligned) << "variant " << variant;
@@ -528,6 +530,8 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
     EXPECT_GE(aligned_large_batches, 2) << "no aligned plan over several scan chunks";
   }
   EXPECT_GE(balanced_plans, 4);
+  EXPECT_GE(staged_plans, 60);    // batches 1 to 3000
+  EXPECT_GE(unstaged_plans, 15);  // batch 5000
 }
 
 TEST_P(MlaDecodeGpu, SequenceAlignedAndBalancedPlansBothMatchTheReference) {

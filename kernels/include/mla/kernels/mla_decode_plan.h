@@ -190,6 +190,19 @@ MLA_HOST_DEVICE int64_t decode_plan_ints(int batch, int num_parts) {
   return decode_part_records_offset(batch, num_parts) + int64_t(kDecodePartRecordInts) * num_parts;
 }
 
+// The plan kernel works on the plan's front (header to part_first_seq) and the clamped lengths in
+// shared memory when both fit in kDecodePlanStagedMaxBytes (under the 48 KB a launch gets without
+// opting in): batches up to about 3,300 sequences. Larger ones work on the plan in global memory;
+// the two make the same plan.
+inline constexpr int64_t kDecodePlanStagedMaxBytes = 40 * 1024;
+MLA_HOST_DEVICE int64_t decode_plan_staged_ints(int batch, int num_parts) {
+  return decode_part_records_offset(batch, num_parts) + batch;
+}
+MLA_HOST_DEVICE bool decode_plan_staged(int batch, int num_parts) {
+  return decode_plan_staged_ints(batch, num_parts) * int64_t(sizeof(int32_t)) <=
+         kDecodePlanStagedMaxBytes;
+}
+
 // A view of a plan in memory (device or host), over one int32 array of decode_plan_ints() values.
 struct DecodePlanView {
   const int32_t* data = nullptr;
