@@ -32,7 +32,8 @@ inline constexpr int kCombineRowsPerBlock = 8;              // one warp per row 
 inline constexpr int kCombineOneWaveBlocksPerSm = 4;        // its one-wave form: CTAs an SM
 inline constexpr int kCombineListChunk = 1024;  // one-wave combine: sequences listed at once
 inline constexpr int kPlanThreads = 1024;
-inline constexpr int kSliceSplitsPerThread = 8;  // sliced combine: loads in flight per thread
+inline constexpr int kSliceSplitsPerThread = 8;       // sliced combine: loads in flight per thread
+inline constexpr int kSliceSplitsPerThreadLight = 2;  // its light form (sliced_combine_light())
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);

@@ -117,6 +117,11 @@ inline CombineGrid combine_grid(const MlaDecodeParams& params, const DecodeLaunc
   return {(rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock, params.batch};
 }
 
+// Whether the sliced combine runs its light form (kSliceSplitsPerThreadLight loads in flight per
+// thread, four CTAs an SM): for a grid of more CTAs than the full form's two an SM hold at once
+// (b = 32, h_q = 16: 512 CTAs, two waves), unless MLA_DECODE_SLICED_LIGHT=0 (for measuring).
+bool sliced_combine_light(const CombineGrid& grid, int num_sms);
+
 // Launcher of the combine kernels (plan_and_combine.cu); args.combine_timeline set: the
 // instantiations that stamp (the same code otherwise).
 void launch_combine_kernel(const DecodeKernelArgs& args, DecodeCombineLaunch how,

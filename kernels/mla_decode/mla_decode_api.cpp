@@ -81,6 +81,18 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
   arg_checks::check_stride("mla_decode", name, stride, minimum);
 }
 
+}  // namespace
+
+namespace decode {
+bool sliced_combine_light(const CombineGrid& grid, int num_sms) {
+  static const bool allowed =
+      integer_from_environment("MLA_DECODE_SLICED_LIGHT", 0, 1).value_or(1) != 0;
+  return allowed && grid.slices == 1 && grid.x * grid.y > 2 * int64_t(num_sms);
+}
+}  // namespace decode
+
+namespace {
+
 // The launched combine's kernel: kFast's sliced one for small batches (the thresholds
 // overridable for measuring: MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ,
 // MLA_DECODE_SMALL_BATCH_MAX_ROWS), else one warp per row in one wave of CTAs (the grid of a CTA

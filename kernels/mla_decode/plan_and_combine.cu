@@ -424,16 +424,17 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32, kCombineOneWaveBloc
 // (all issued before the first is used); the row's largest lse is found by the whole CTA first
 // (from the first round's loads), so each split's weight is final when it is added. The
 // teams' sums meet in shared memory. kSlices (1, 2, 4 or 8) is picked on the host so that the grid
-// has about one CTA per SM (sliced_combine_slices()).
-template <int kSlices, bool kTimeline>
-__global__ void __launch_bounds__(kThreads)
+// has about one CTA per SM (sliced_combine_slices()). kPerThread: kSliceSplitsPerThread (118
+// registers, two CTAs an SM), or kSliceSplitsPerThreadLight for grids of more CTAs than two an SM
+// fit (sliced_combine_light()): 64 registers, four an SM, more rounds for sequences of many pieces.
+template <int kSlices, int kPerThread, bool kTimeline>
+__global__ void __launch_bounds__(kThreads, kPerThread <= kSliceSplitsPerThreadLight ? 4 : 1)
     mla_decode_combine_sliced_kernel(const __grid_constant__ DecodeKernelArgs args) {
   combine_stamp<kTimeline>(args, 0);
   constexpr int kColumns = kDimV / kSlices;             // this CTA's output columns
   constexpr int kTeamWidth = kColumns / kMergeColumns;  // threads per split: 64 / kSlices
   constexpr int kTeams = kThreads / kTeamWidth;         // splits merged at once: 4 · kSlices
-  constexpr int kPerThread = kSliceSplitsPerThread;
-  __shared__ float team_columns[kTeams][kColumns];  // 4 KB
+  __shared__ float team_columns[kTeams][kColumns];      // 4 KB
   __shared__ float team_sums[kTeams];
   __shared__ float warp_max_lse[kWarps];
 
@@ -570,10 +571,13 @@ void launch_combine(const DecodeKernelArgs& args, DecodeCombineLaunch how, cudaS
   const CombineGrid g = combine_grid(args.params, args.shape, how);
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   if (how == DecodeCombineLaunch::kSliced) {
-    auto* kernel = g.slices == 8   ? &mla_decode_combine_sliced_kernel<8, kTimeline>
-                   : g.slices == 4 ? &mla_decode_combine_sliced_kernel<4, kTimeline>
-                   : g.slices == 2 ? &mla_decode_combine_sliced_kernel<2, kTimeline>
-                                   : &mla_decode_combine_sliced_kernel<1, kTimeline>;
+    constexpr int kFull = kSliceSplitsPerThread;
+    auto* kernel = g.slices == 8   ? &mla_decode_combine_sliced_kernel<8, kFull, kTimeline>
+                   : g.slices == 4 ? &mla_decode_combine_sliced_kernel<4, kFull, kTimeline>
+                   : g.slices == 2 ? &mla_decode_combine_sliced_kernel<2, kFull, kTimeline>
+                   : sliced_combine_light(g, args.params.num_sms)
+                       ? &mla_decode_combine_sliced_kernel<1, kSliceSplitsPerThreadLight, kTimeline>
+                       : &mla_decode_combine_sliced_kernel<1, kFull, kTimeline>;
     launch_programmatic_dependent(kernel, grid, dim3(kThreads), 0, stream, args);
     MLA_CHECK_LAUNCH("mla_decode_combine_sliced (programmatic dependent launch)");
     return;

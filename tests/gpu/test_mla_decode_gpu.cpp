@@ -534,6 +534,31 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   EXPECT_GE(unstaged_plans, 15);  // batch 5000
 }
 
+TEST_P(MlaDecodeGpu, SmallBatchWithMoreCombineCtasThanTwoAnSm) {
+  MLA_REQUIRE_SM90_GPU();
+  // kFast's sliced combine in its light form (two loads in flight per thread, four CTAs an SM):
+  // a small batch whose combine grid (a CTA per row) has more CTAs than two an SM. 24 ragged
+  // sequences and one long one, whose pieces take several of the light form's rounds (8 pieces a
+  // round); lengths not multiples of 64, one sequence empty.
+  std::mt19937 rng(77);
+  ref::PagedDecodeProblemSpec spec;
+  spec.num_heads_q = 16;
+  spec.seqlen_q = 1;
+  spec.seqlens = ragged_seqlens(24, 2600, rng);
+  spec.seqlens[3] = 0;
+  spec.seqlens.push_back(20000);
+  spec.seed = 21;
+  const int batch = static_cast<int>(spec.seqlens.size());
+  ASSERT_TRUE(kernels::decode_batch_is_small(batch, 1, 16, 1, num_sms()));
+  kernels::MlaDecodeParams shape;
+  shape.batch = batch;
+  shape.num_heads_q = 16;
+  shape.num_sms = num_sms();
+  shape.kernel = MlaDecodeKernel::kFast;
+  ASSERT_GT(kernels::decode_timeline_combine_ctas(shape), 2 * int64_t(num_sms()));
+  check_against_reference(spec, GetParam(), "25 sequences, 16 heads");
+}
+
 TEST_P(MlaDecodeGpu, SequenceAlignedAndBalancedPlansBothMatchTheReference) {
   MLA_REQUIRE_SM90_GPU();
   // Equal lengths the sequence-aligned plan takes (b = 8 in one-page pieces; b = 32 over two row
