@@ -65,7 +65,9 @@ const char* to_string(MlaDecodeCombine combine);
 // warp per row, two interleaved pairs each, µs): b = 8, h_q = 64, s_k = 4096 (512 rows) 32.8-35.8
 // vs 38.5-41.9; b = 32, h_q = 16 (512 rows, ~4 parts per sequence) 57.7-60.0 vs 62.0-62.5; but
 // b = 32, h_q = 128 (4096 rows, ~2 parts) 117-130 vs 105-108 and b = 8, s_q = 2, h_q = 128 (2048
-// rows) 64.7-64.8 vs 55.3-62.0.
+// rows) 64.7-64.8 vs 55.3-62.0. Where the sliced combine's grid has more CTAs than two an SM it
+// runs a light form that fits four (2026-12-02: b = 32, h_q = 16, s_k = 4096 55.4 vs 58.3 µs);
+// MLA_DECODE_SLICED_LIGHT=0 in the environment keeps the full form (for measuring).
 inline constexpr int kSmallBatchMinPartsPerSeq = 4;
 inline constexpr int kSmallBatchMaxRows = 512;
 
