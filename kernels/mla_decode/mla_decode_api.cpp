@@ -93,23 +93,16 @@ bool sliced_combine_light(const CombineGrid& grid, int num_sms) {
 
 namespace {
 
-// The launched combine's kernel: kFast's sliced one for small batches (the thresholds
-// overridable for measuring: MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ,
-// MLA_DECODE_SMALL_BATCH_MAX_ROWS), else one warp per row in one wave of CTAs (the grid of a CTA
-// per 8 rows of every sequence with MLA_DECODE_COMBINE_ONE_WAVE=0), all as programmatic dependents.
+// The launched combine's kernel: kFast's sliced one where decode_combine_is_sliced(), else one
+// warp per row in one wave of CTAs (the grid of a CTA per 8 rows of every sequence with
+// MLA_DECODE_COMBINE_ONE_WAVE=0), all as programmatic dependents.
 decode::DecodeCombineLaunch launched_combine_kind(const MlaDecodeParams& params, bool fast) {
   using decode::DecodeCombineLaunch;
   if (!fast) return DecodeCombineLaunch::kPerRow;
-  static const int64_t min_parts =
-      integer_from_environment("MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ", 0, int64_t(1) << 24)
-          .value_or(kSmallBatchMinPartsPerSeq);
-  static const int64_t max_rows =
-      integer_from_environment("MLA_DECODE_SMALL_BATCH_MAX_ROWS", 0, int64_t(1) << 40)
-          .value_or(kSmallBatchMaxRows);
   static const bool one_wave =
       integer_from_environment("MLA_DECODE_COMBINE_ONE_WAVE", 0, 1).value_or(1) != 0;
-  if (decode_batch_is_small(params.batch, params.seqlen_q, params.num_heads_q, params.num_heads_kv,
-                            params.num_sms, min_parts, max_rows))
+  if (decode_combine_is_sliced(params.batch, params.seqlen_q, params.num_heads_q,
+                               params.num_heads_kv, params.num_sms))
     return DecodeCombineLaunch::kSliced;
   return one_wave ? DecodeCombineLaunch::kOneWaveDependent : DecodeCombineLaunch::kPerRowDependent;
 }
@@ -191,6 +184,20 @@ bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_hea
   const DecodeLaunchShape shape = decode_launch_shape(seqlen_q, num_heads_q, num_heads_kv, num_sms);
   return shape.num_parts >= min_parts_per_seq * batch &&
          int64_t(batch) * num_heads_kv * shape.rows_per_kv_head <= max_rows;
+}
+
+bool decode_combine_is_sliced(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
+                              int num_sms, int64_t max_rows) {
+  // The thresholds overridable for measuring: MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ and
+  // MLA_DECODE_SMALL_BATCH_MAX_ROWS (read once per process).
+  static const int64_t min_parts =
+      integer_from_environment("MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ", 0, int64_t(1) << 24)
+          .value_or(kSmallBatchMinPartsPerSeq);
+  static const int64_t rows_from_environment =
+      integer_from_environment("MLA_DECODE_SMALL_BATCH_MAX_ROWS", 0, int64_t(1) << 40)
+          .value_or(kSlicedCombineMaxRows);
+  return decode_batch_is_small(batch, seqlen_q, num_heads_q, num_heads_kv, num_sms, min_parts,
+                               max_rows > 0 ? max_rows : rows_from_environment);
 }
 
 MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params) {

@@ -155,6 +155,27 @@ TEST(MlaDecodeArgs, SmallBatchRule) {
   EXPECT_FALSE(decode_batch_is_small(8, 1, 16, 1, 132, 4, 127));
 }
 
+TEST(MlaDecodeArgs, SlicedCombineRule) {
+  // Split as a small batch, with up to kSlicedCombineMaxRows (1024) rows: b = 8 with 128 rows per
+  // kv head is not a small batch (its schedule stays the pairs order) but its combine is sliced.
+  EXPECT_EQ(kSlicedCombineMaxRows, 1024);
+  EXPECT_TRUE(decode_combine_is_sliced(8, 1, 128, 1, 132, kSlicedCombineMaxRows));   // 1024 rows
+  EXPECT_TRUE(decode_combine_is_sliced(8, 2, 64, 1, 132, kSlicedCombineMaxRows));    // 1024 rows
+  EXPECT_FALSE(decode_combine_is_sliced(8, 2, 128, 1, 132, kSlicedCombineMaxRows));  // 2048 rows
+  EXPECT_TRUE(decode_combine_is_sliced(32, 1, 16, 1, 132, kSlicedCombineMaxRows));
+  EXPECT_TRUE(decode_combine_is_sliced(33, 1, 16, 1, 132, kSlicedCombineMaxRows));   // 528 rows
+  EXPECT_FALSE(decode_combine_is_sliced(34, 1, 16, 1, 132, kSlicedCombineMaxRows));  // 132 < 4 · 34
+  EXPECT_FALSE(decode_combine_is_sliced(128, 1, 16, 1, 132, kSlicedCombineMaxRows));
+  EXPECT_TRUE(decode_combine_is_sliced(8, 1, 128, 1, 132, 1024));
+  EXPECT_FALSE(decode_combine_is_sliced(8, 1, 128, 1, 132, 512));
+  // Without a limit given, kSlicedCombineMaxRows unless the environment sets one (ctest does not).
+  const char* env = std::getenv("MLA_DECODE_SMALL_BATCH_MAX_ROWS");
+  if (env == nullptr || *env == '\0') {
+    EXPECT_TRUE(decode_combine_is_sliced(8, 1, 128, 1, 132));
+    EXPECT_FALSE(decode_combine_is_sliced(8, 2, 128, 1, 132));
+  }
+}
+
 TEST(MlaDecodeArgs, ResolvedCombine) {
   // kAuto's resolution reads MLA_DECODE_COMBINE once per process; these expectations are the
   // defaults, so they only hold without it.
@@ -292,8 +313,8 @@ TEST(MlaDecodeArgs, PairTraceSizeAndPiece) {
 }
 
 // The timeline's words: the split CTAs' stamps and SM words, then the launched combine's CTAs
-// (the sliced combine's rows × slices for small batches; otherwise one warp per row, 8 rows a
-// CTA, in one wave: the batch's row blocks, at most 4 CTAs an SM, the one-wave kernel's
+// (the sliced combine's rows × slices where decode_combine_is_sliced(); otherwise one warp per row,
+// 8 rows a CTA, in one wave: the batch's row blocks, at most 4 CTAs an SM, the one-wave kernel's
 // occupancy at 64 registers a thread).
 TEST(MlaDecodeArgs, TimelineWordsCoverTheCombine) {
   MlaDecodeParams p = valid_params();  // s_q = 2
@@ -306,9 +327,12 @@ TEST(MlaDecodeArgs, TimelineWordsCoverTheCombine) {
     const int64_t combine = decode_timeline_combine_ctas(p);
     const int64_t rows = int64_t(p.seqlen_q) * p.num_heads_q;  // h_kv · rows per kv head
     const int64_t row_blocks = batch * ((rows + 7) / 8);
-    if (batch == 1) {  // small: sliced
-      EXPECT_GE(combine, rows);
-      EXPECT_LE(combine, rows * 8);
+    const bool sliced = decode_combine_is_sliced(batch, p.seqlen_q, p.num_heads_q, p.num_heads_kv,
+                                                 p.num_sms, kSlicedCombineMaxRows);
+    EXPECT_EQ(sliced, batch <= 3) << "batch " << batch;  // 3 · 256 rows ≤ 1024: sliced
+    if (sliced) {
+      EXPECT_GE(combine, batch * rows);
+      EXPECT_LE(combine, batch * rows * 8);
     } else {
       EXPECT_EQ(combine, std::min<int64_t>(row_blocks, 4 * p.num_sms)) << "batch " << batch;
     }

@@ -549,7 +549,7 @@ TEST_P(MlaDecodeGpu, SmallBatchWithMoreCombineCtasThanTwoAnSm) {
   spec.seqlens.push_back(20000);
   spec.seed = 21;
   const int batch = static_cast<int>(spec.seqlens.size());
-  ASSERT_TRUE(kernels::decode_batch_is_small(batch, 1, 16, 1, num_sms()));
+  ASSERT_TRUE(kernels::decode_combine_is_sliced(batch, 1, 16, 1, num_sms()));
   kernels::MlaDecodeParams shape;
   shape.batch = batch;
   shape.num_heads_q = 16;
