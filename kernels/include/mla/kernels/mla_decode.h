@@ -74,10 +74,10 @@ inline constexpr int kSmallBatchMaxRows = 512;
 // this many query rows (decode_combine_is_sliced()), else one warp per row in one wave. Measured on
 // the H200 (2026-12-02, same binary, the row limit 1024 against 512, fast µs): b = 8 with 128 rows
 // per kv head 26.8 → 24.4 at 1024, 38.6 → 35.9 at 4096, 50.3 → 47.8 at 8192, 130.9 → 128.9 at
-// 32768 (those rows keep the pairs order); the 32-row tiles at b = 32 ±1 %. Not measured above
-// 1024 rows since the light form (2026-11-30, before it and the one-wave combine: b = 8, s_q = 2,
-// h_q = 128, 2048 rows, 64.7 against 55.3-62.0 µs). MLA_DECODE_SMALL_BATCH_MAX_ROWS in the
-// environment overrides it (for measuring; the name is older than this split).
+// 32768 (those rows keep the pairs order); the 32-row tiles at b = 32 ±1 %. 2048 against 1024:
+// every row of 2048 query rows slower, +0.6 to +13 % (b = 8, s_q = 2, h_q = 128, 1024: 31.1
+// against 27.5 µs). MLA_DECODE_SMALL_BATCH_MAX_ROWS in the environment overrides it (for
+// measuring; the name is older than this split).
 inline constexpr int kSlicedCombineMaxRows = 1024;
 
 // Which 64-row body kFast runs when a kv head has more than 16 query rows (at most 16: the mma.sync
