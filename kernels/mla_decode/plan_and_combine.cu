@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, kPerThread <= kSliceSplitsPerThreadL
   constexpr int kColumns = kDimV / kSlices;             // this CTA's output columns
   constexpr int kTeamWidth = kColumns / kMergeColumns;  // threads per split: 64 / kSlices
   constexpr int kTeams = kThreads / kTeamWidth;         // splits merged at once: 4 · kSlices
-  __shared__ float team_columns[kTeams][kColumns];      // 4 KB
+  __shared__ float team_columns[kTeams][kColumns];      // 8 KB: kTeams · kColumns = 2,048 floats
   __shared__ float team_sums[kTeams];
   __shared__ float warp_max_lse[kWarps];
 
@@ -558,6 +558,8 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       sequence_aligned,
                       shape.rows_per_tile,
                       decode_plan_staged(params.batch, shape.num_parts)};
+  // Within the 48 KB a launch gets without opting in: kDecodePlanStagedMaxBytes (40 KB) of staging
+  // and the kernel's static shared memory (ptxas: 4,368 B).
   const size_t staged_bytes =
       args.staged ? decode_plan_staged_ints(args.batch, args.num_parts) * sizeof(int32_t) : 0;
   mla_decode_plan_kernel<<<1, kPlanThreads, staged_bytes, stream>>>(args);

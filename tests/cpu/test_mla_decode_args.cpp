@@ -155,7 +155,21 @@ TEST(MlaDecodeArgs, SmallBatchRule) {
   EXPECT_FALSE(decode_batch_is_small(8, 1, 16, 1, 132, 4, 127));
 }
 
+// Whether the environment overrides the combine's small-batch thresholds
+// (decode_combine_is_sliced() reads them once per process; ctest sets neither,
+// scripts/gpu/decode-latency.sh may).
+bool combine_thresholds_from_environment() {
+  for (const char* name :
+       {"MLA_DECODE_SMALL_BATCH_MAX_ROWS", "MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return true;
+  }
+  return false;
+}
+
 TEST(MlaDecodeArgs, SlicedCombineRule) {
+  if (combine_thresholds_from_environment())
+    GTEST_SKIP() << "MLA_DECODE_SMALL_BATCH_* set: the default thresholds are not in force";
   // Split as a small batch, with up to kSlicedCombineMaxRows (1024) rows: b = 8 with 128 rows per
   // kv head is not a small batch (its schedule stays the pairs order) but its combine is sliced.
   EXPECT_EQ(kSlicedCombineMaxRows, 1024);
@@ -168,12 +182,9 @@ TEST(MlaDecodeArgs, SlicedCombineRule) {
   EXPECT_FALSE(decode_combine_is_sliced(128, 1, 16, 1, 132, kSlicedCombineMaxRows));
   EXPECT_TRUE(decode_combine_is_sliced(8, 1, 128, 1, 132, 1024));
   EXPECT_FALSE(decode_combine_is_sliced(8, 1, 128, 1, 132, 512));
-  // Without a limit given, kSlicedCombineMaxRows unless the environment sets one (ctest does not).
-  const char* env = std::getenv("MLA_DECODE_SMALL_BATCH_MAX_ROWS");
-  if (env == nullptr || *env == '\0') {
-    EXPECT_TRUE(decode_combine_is_sliced(8, 1, 128, 1, 132));
-    EXPECT_FALSE(decode_combine_is_sliced(8, 2, 128, 1, 132));
-  }
+  // Without a limit given: kSlicedCombineMaxRows.
+  EXPECT_TRUE(decode_combine_is_sliced(8, 1, 128, 1, 132));
+  EXPECT_FALSE(decode_combine_is_sliced(8, 2, 128, 1, 132));
 }
 
 TEST(MlaDecodeArgs, ResolvedCombine) {
@@ -317,6 +328,8 @@ TEST(MlaDecodeArgs, PairTraceSizeAndPiece) {
 // 8 rows a CTA, in one wave: the batch's row blocks, at most 4 CTAs an SM, the one-wave kernel's
 // occupancy at 64 registers a thread).
 TEST(MlaDecodeArgs, TimelineWordsCoverTheCombine) {
+  if (combine_thresholds_from_environment())
+    GTEST_SKIP() << "MLA_DECODE_SMALL_BATCH_* set: the default thresholds are not in force";
   MlaDecodeParams p = valid_params();  // s_q = 2
   p.kernel = MlaDecodeKernel::kFast;
   p.num_heads_q = 128;

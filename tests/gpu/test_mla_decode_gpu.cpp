@@ -461,7 +461,7 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   // The plan also zeroes kFast's combine counters (the workspace starts as 0xff bytes).
   std::mt19937 rng(3);
   int aligned_plans = 0, balanced_plans = 0, aligned_large_batches = 0;
-  int staged_plans = 0, unstaged_plans = 0;
+  int staged_plans = 0, unstaged_plans = 0, aligned_unstaged_plans = 0;
   for (int batch : {1, 5, 64, 1500, 3000, 5000}) {
     for (int heads : {8, 16, 128}) {  // 16, 32 and 256 rows a kv head (s_q = 2)
       for (int variant = 0; variant < 5; ++variant) {
@@ -471,9 +471,11 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         std::vector<int32_t> seqlens = ragged_seqlens(batch, 3000, rng);
         if (equal_lengths) std::fill(seqlens.begin(), seqlens.end(), 1900);
         // Variant 4: most sequences empty, so that large batches (several scan chunks of the
-        // plan kernel) can take the sequence-aligned plan too.
+        // plan kernel) can take the sequence-aligned plan too; at 5000 (not staged) 100 busy
+        // sequences of 1900 tokens do not fit 132 parts with T ≤ C, 640 do (16 and 32 rows).
         if (variant == 4) {
-          for (size_t i = 0; i < seqlens.size(); ++i) seqlens[i] = i % 50 == 7 ? 1900 : 0;
+          const int busy_length = batch > 4000 ? 640 : 1900;
+          for (size_t i = 0; i < seqlens.size(); ++i) seqlens[i] = i % 50 == 7 ? busy_length : 0;
         }
         seqlens[0] = -3;        // negative counts as empty
         seqlens.back() = 5000;  // beyond the block table's capacity: clamped
@@ -508,7 +510,9 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
         const bool aligned =
             kernels::DecodePlanView{want.data(), batch, shape.num_parts}.sequence_aligned();
         (aligned ? aligned_plans : balanced_plans) += 1;
-        (kernels::decode_plan_staged(batch, shape.num_parts) ? staged_plans : unstaged_plans) += 1;
+        const bool staged = kernels::decode_plan_staged(batch, shape.num_parts);
+        (staged ? staged_plans : unstaged_plans) += 1;
+        if (aligned && !staged) ++aligned_unstaged_plans;
         if (aligned && batch > 1024) ++aligned_large_batches;
         if (!sequence_aligned || min_cost > 1) {
           EXPECT_FALSE(aligned) << "variant " << variant;
@@ -528,6 +532,7 @@ TEST_P(MlaDecodeGpu, DevicePlanEqualsHostPlan) {
   if (kernels::plan_sequence_aligned(kernels::MlaDecodePlanParams{})) {
     EXPECT_GE(aligned_plans, 8);
     EXPECT_GE(aligned_large_batches, 2) << "no aligned plan over several scan chunks";
+    EXPECT_GE(aligned_unstaged_plans, 2) << "no aligned plan made in global memory";
   }
   EXPECT_GE(balanced_plans, 4);
   EXPECT_GE(staged_plans, 60);    // batches 1 to 3000
@@ -557,6 +562,24 @@ TEST_P(MlaDecodeGpu, SmallBatchWithMoreCombineCtasThanTwoAnSm) {
   shape.kernel = MlaDecodeKernel::kFast;
   ASSERT_GT(kernels::decode_timeline_combine_ctas(shape), 2 * int64_t(num_sms()));
   check_against_reference(spec, GetParam(), "25 sequences, 16 heads");
+  // The long sequence's last 16 keys each dominate one head's row (key = 2 · that head's query:
+  // a score of ~2 · scale · |q|² ≈ 130 against a few), so its last piece's lse is ~120 above the
+  // others': a combine that took a row's largest lse from the first round's pieces alone (its
+  // first 8) would overflow exp and return inf or NaN.
+  ref::PagedDecodeProblem problem = ref::make_paged_decode_problem(spec);
+  ASSERT_EQ(problem.spec.num_heads_kv, 1);
+  const int long_seq = batch - 1;
+  const int length = spec.seqlens[long_seq];
+  for (int head = 0; head < 16; ++head) {
+    const int t = length - 16 + head;
+    const int64_t page = problem.block_table[size_t(long_seq) * problem.max_pages_per_seq + t / 64];
+    bf16* key = problem.kv_cache.data() + (page * 64 + t % 64) * kernels::kHeadDimQK;
+    const bf16* query = problem.q.data() + (size_t(long_seq) * 16 + head) * kernels::kHeadDimQK;
+    for (int i = 0; i < kernels::kHeadDimQK; ++i)
+      key[i] = float_to_bf16(2.f * bf16_to_float(query[i]));
+  }
+  check_problem_against_reference(problem, run_reference(problem), GetParam(),
+                                  "25 sequences, 16 heads, dominant keys in the last piece");
 }
 
 TEST_P(MlaDecodeGpu, SequenceAlignedAndBalancedPlansBothMatchTheReference) {

@@ -49,7 +49,7 @@ const char* to_string(MlaDecodeKernel kernel);
 // context smaller than the device, no kernel that never finishes beside it) and that the plan was
 // made for this launch (same batch, num_sms and seqlens): otherwise a CTA waits for a piece that
 // never arrives. kLaunched: a combine kernel follows as a programmatic dependent
-// launch (sliced for small batches, decode_batch_is_small()). kAuto: kLaunched. Measured on
+// launch (sliced where decode_combine_is_sliced()). kAuto: kLaunched. Measured on
 // the H200 (2026-11-30, commit 1374d7e, `mla bench decode --kernel combine-ab`, interleaved
 // medians, µs, fused vs launched): b = 1, h_q = 16: 16.6 vs 13.6 at s_k = 1024, 29.9–32.8 vs
 // 26.9–29.1 at 32768; b = 8, h_q = 16, s_k = 4096: 28.3–31.4 vs 31.1–34.8; b = 32, s_q = 2,
@@ -61,20 +61,20 @@ enum class MlaDecodeCombine { kAuto, kFused, kLaunched };
 const char* to_string(MlaDecodeCombine combine);
 // Small batch (kFast's 64-row tiles then run P·V first, MlaDecodeSchedule): sequences split at
 // least this many ways (num_parts ≥ this · b) and the batch has at most kSmallBatchMaxRows query
-// rows (b · h_kv · s_q · h_q / h_kv). Measured on the H200 (2026-11-30, the sliced combine against
-// one warp per row, two interleaved pairs each, µs): b = 8, h_q = 64, s_k = 4096 (512
-// rows) 32.8-35.8 vs 38.5-41.9; b = 32, h_q = 16 (512 rows, ~4 parts per sequence) 57.7-60.0
-// vs 62.0-62.5; but b = 32, h_q = 128 (4096 rows, ~2 parts) 117-130 vs 105-108 and b = 8, s_q = 2,
-// h_q = 128 (2048 rows) 64.7-64.8 vs 55.3-62.0. Where the sliced combine's grid has more CTAs than
-// two an SM it runs a light form that fits four (2026-12-02: b = 32, h_q = 16, s_k = 4096 55.4
-// vs 58.3 µs); MLA_DECODE_SLICED_LIGHT=0 in the environment keeps the full form (for measuring).
+// rows (b · h_kv · s_q · h_q / h_kv).
 inline constexpr int kSmallBatchMinPartsPerSeq = 4;
 inline constexpr int kSmallBatchMaxRows = 512;
 // kFast's launched combine is the sliced kernel for batches split as a small batch is with up to
 // this many query rows (decode_combine_is_sliced()), else one warp per row in one wave. Measured on
-// the H200 (2026-12-02, same binary, the row limit 1024 against 512, fast µs): b = 8 with 128 rows
-// per kv head 26.8 → 24.4 at 1024, 38.6 → 35.9 at 4096, 50.3 → 47.8 at 8192, 130.9 → 128.9 at
-// 32768 (those rows keep the pairs order); the 32-row tiles at b = 32 ±1 %. 2048 against 1024:
+// the H200 (2026-11-30, the sliced combine against one warp per row, two interleaved pairs each,
+// µs): b = 8, h_q = 64, s_k = 4096 (512 rows) 32.8-35.8 vs 38.5-41.9; b = 32, h_q = 16 (512 rows,
+// ~4 parts per sequence) 57.7-60.0 vs 62.0-62.5; but b = 32, h_q = 128 (4096 rows, ~2 parts)
+// 117-130 vs 105-108. Where its grid has more CTAs than two an SM it runs a light form that fits
+// four (2026-12-02: b = 32, h_q = 16, s_k = 4096 55.4 vs 58.3 µs; MLA_DECODE_SLICED_LIGHT=0 in the
+// environment keeps the full form, for measuring). With it, the row limit (2026-12-02, same
+// binary, 1024 against 512, fast µs): b = 8 with 128 rows per kv head 26.8 → 24.4 at 1024, 38.6 →
+// 35.9 at 4096, 50.3 → 47.8 at 8192, 130.9 → 128.9 at 32768 (those rows keep the pairs order); the
+// 32-row tiles at b = 32 −1.9 to +0.5 % (fast/baseline). 2048 against 1024:
 // every row of 2048 query rows slower, +0.6 to +13 % (b = 8, s_q = 2, h_q = 128, 1024: 31.1
 // against 27.5 µs). MLA_DECODE_SMALL_BATCH_MAX_ROWS in the environment overrides it (for
 // measuring; the name is older than this split).
@@ -285,9 +285,10 @@ MlaDecodeCombine resolved_decode_combine(const MlaDecodeParams& params);
 bool decode_batch_is_small(int batch, int seqlen_q, int num_heads_q, int num_heads_kv, int num_sms,
                            int64_t min_parts_per_seq = kSmallBatchMinPartsPerSeq,
                            int64_t max_rows = kSmallBatchMaxRows);
-// Whether kFast's launched combine is the sliced kernel for a shape: split as a small batch, with
-// at most max_rows query rows (kSlicedCombineMaxRows, or MLA_DECODE_SMALL_BATCH_MAX_ROWS from the
-// environment when max_rows is 0).
+// Whether kFast's launched combine is the sliced kernel for a shape: sequences split at least
+// kSmallBatchMinPartsPerSeq ways (MLA_DECODE_SMALL_BATCH_MIN_PARTS_PER_SEQ from the environment
+// when set, always read) with at most max_rows query rows (kSlicedCombineMaxRows, or
+// MLA_DECODE_SMALL_BATCH_MAX_ROWS from the environment when set, where max_rows ≤ 0).
 bool decode_combine_is_sliced(int batch, int seqlen_q, int num_heads_q, int num_heads_kv,
                               int num_sms, int64_t max_rows = 0);
 // The 64-row body a launch with these params uses: kLockstep for kBaseline; for kFast,
