@@ -34,6 +34,8 @@ inline constexpr int kCombineListChunk = 1024;  // one-wave combine: sequences l
 inline constexpr int kPlanThreads = 1024;
 inline constexpr int kSliceSplitsPerThread = 8;       // sliced combine: loads in flight per thread
 inline constexpr int kSliceSplitsPerThreadLight = 2;  // its light form (sliced_combine_light())
+inline constexpr int kSlicedCombineCtasPerSm = 2;     // the full form's occupancy (118 registers)
+inline constexpr int kSlicedCombineLightCtasPerSm = 4;  // the light form's (64 registers)
 inline constexpr float kLn2 = 0.69314718055994530942f;  // lse = (max₂ + log2 sum) · ln 2
 
 static_assert(kDimQK % 16 == 0 && kDimV % (8 * kWarps) == 0);

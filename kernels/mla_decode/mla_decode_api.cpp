@@ -81,18 +81,6 @@ void check_stride(int64_t stride, const char* name, int64_t minimum) {
   arg_checks::check_stride("mla_decode", name, stride, minimum);
 }
 
-}  // namespace
-
-namespace decode {
-bool sliced_combine_light(const CombineGrid& grid, int num_sms) {
-  static const bool allowed =
-      integer_from_environment("MLA_DECODE_SLICED_LIGHT", 0, 1).value_or(1) != 0;
-  return allowed && grid.slices == 1 && grid.x * grid.y > 2 * int64_t(num_sms);
-}
-}  // namespace decode
-
-namespace {
-
 // The launched combine's kernel: kFast's sliced one where decode_combine_is_sliced(), else one
 // warp per row in one wave of CTAs (the grid of a CTA per 8 rows of every sequence with
 // MLA_DECODE_COMBINE_ONE_WAVE=0), all as programmatic dependents.
@@ -165,6 +153,15 @@ bool plan_sequence_aligned(const MlaDecodePlanParams& params) {
       integer_from_environment("MLA_DECODE_SEQUENCE_ALIGNED", 0, 1).value_or(1) != 0;
   return params.sequence_aligned && from_environment;
 }
+
+namespace decode {
+bool sliced_combine_light(const CombineGrid& grid, int num_sms) {
+  static const bool allowed =
+      integer_from_environment("MLA_DECODE_SLICED_LIGHT", 0, 1).value_or(1) != 0;
+  return allowed && grid.slices == 1 &&
+         grid.x * grid.y > int64_t(kSlicedCombineCtasPerSm) * num_sms;
+}
+}  // namespace decode
 
 const char* to_string(MlaDecodeCombine combine) {
   switch (combine) {

@@ -28,7 +28,6 @@ struct PlanKernelArgs {
   int min_cost_per_part;
   bool sequence_aligned;  // may make the sequence-aligned plan (mla_decode_plan.h)
   int rows_per_tile;      // the launch shape's (aligned_pieces_capped())
-  bool staged;            // decode_plan_staged(): the plan's front and the lengths in shared memory
 };
 
 // Where the kernel's passes read and write: the plan's front (header, cost_begin, split_begin,
@@ -141,15 +140,16 @@ __device__ int aligned_pages_per_part(const PlanKernelArgs& args, const PlanBuff
 // Same arithmetic as make_decode_plan_host(), with block-wide scans in place of the loops.
 __global__ void __launch_bounds__(kPlanThreads)
     mla_decode_plan_kernel(const __grid_constant__ PlanKernelArgs args) {
-  extern __shared__ int32_t staged[];  // decode_plan_staged_ints() when args.staged
+  extern __shared__ int32_t staged[];  // decode_plan_staged_ints() when decode_plan_staged()
   __shared__ PlanScan::TempStorage storage;
   __shared__ int carry;
   __shared__ int max_seq_cost;
   __shared__ unsigned long long totals[2];
   const int tid = threadIdx.x;
+  const bool is_staged = decode_plan_staged(args.batch, args.num_parts);
   const int64_t front_ints = decode_part_records_offset(args.batch, args.num_parts);
-  const PlanBuffers buffers{args.staged ? staged : args.plan,
-                            args.staged ? staged + front_ints : args.seqlens, args.batch,
+  const PlanBuffers buffers{is_staged ? staged : args.plan,
+                            is_staged ? staged + front_ints : args.seqlens, args.batch,
                             args.max_pages_per_seq};
   int32_t* const header = buffers.front;
   int32_t* const cost_begin = buffers.cost_begin();
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   // of pieces to its counter).
   for (int64_t i = tid; i < args.num_combine_counters; i += kPlanThreads)
     args.combine_counters[i] = 0;
-  if (args.staged) {
+  if (is_staged) {
     for (int seq = tid; seq < args.batch; seq += kPlanThreads)
       staged[front_ints + seq] = clamp_seqlen(args.seqlens[seq], args.max_pages_per_seq);
   }
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     records[part] = first_piece_record(view, buffers.lengths, args.max_pages_per_seq, part);
   // The padding before the records is 0, as on the host (the plans compare word for word).
   const int64_t padding_begin = part_first_seq + args.num_parts - header;
-  if (args.staged) {
+  if (is_staged) {
     for (int64_t i = tid; i < padding_begin; i += kPlanThreads) args.plan[i] = staged[i];
   }
   for (int64_t i = padding_begin + tid; i < front_ints; i += kPlanThreads) args.plan[i] = 0;
@@ -425,10 +425,13 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32, kCombineOneWaveBloc
 // (from the first round's loads), so each split's weight is final when it is added. The
 // teams' sums meet in shared memory. kSlices (1, 2, 4 or 8) is picked on the host so that the grid
 // has about one CTA per SM (sliced_combine_slices()). kPerThread: kSliceSplitsPerThread (118
-// registers, two CTAs an SM), or kSliceSplitsPerThreadLight for grids of more CTAs than two an SM
-// fit (sliced_combine_light()): 64 registers, four an SM, more rounds for sequences of many pieces.
+// registers, kSlicedCombineCtasPerSm = two CTAs an SM), or kSliceSplitsPerThreadLight for grids of
+// more CTAs than that (sliced_combine_light()): 64 registers, four an SM, more rounds for sequences
+// of many pieces.
 template <int kSlices, int kPerThread, bool kTimeline>
-__global__ void __launch_bounds__(kThreads, kPerThread <= kSliceSplitsPerThreadLight ? 4 : 1)
+__global__ void __launch_bounds__(kThreads, kPerThread <= kSliceSplitsPerThreadLight
+                                                ? kSlicedCombineLightCtasPerSm
+                                                : 1)
     mla_decode_combine_sliced_kernel(const __grid_constant__ DecodeKernelArgs args) {
   combine_stamp<kTimeline>(args, 0);
   constexpr int kColumns = kDimV / kSlices;             // this CTA's output columns
@@ -556,12 +559,13 @@ void launch_plan_kernel(const MlaDecodePlanParams& params, const DecodeLaunchSha
                       params.max_pages_per_seq,
                       min_cost_per_part,
                       sequence_aligned,
-                      shape.rows_per_tile,
-                      decode_plan_staged(params.batch, shape.num_parts)};
+                      shape.rows_per_tile};
   // Within the 48 KB a launch gets without opting in: kDecodePlanStagedMaxBytes (40 KB) of staging
   // and the kernel's static shared memory (ptxas: 4,368 B).
   const size_t staged_bytes =
-      args.staged ? decode_plan_staged_ints(args.batch, args.num_parts) * sizeof(int32_t) : 0;
+      decode_plan_staged(args.batch, args.num_parts)
+          ? decode_plan_staged_ints(args.batch, args.num_parts) * sizeof(int32_t)
+          : 0;
   mla_decode_plan_kernel<<<1, kPlanThreads, staged_bytes, stream>>>(args);
   MLA_CHECK_LAUNCH("mla_decode_plan");
 }
