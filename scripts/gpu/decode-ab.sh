@@ -16,8 +16,8 @@
 # Environment: MLA_AB_SWEEPS (sweeps per build, default 2), MLA_AB_REPS (repetitions of the
 # rows, default 3), MLA_AB_ROWS (b,s_q,h_q,s_k ..., default: seven compute- and memory-bound
 # rows), MLA_AB_TRACE (rows to trace, default none), MLA_AB_TIMELINE (rows whose phase timeline
-# `mla bench decode --timeline` prints, default none), MLA_AB_SKIP_TESTS=1 (not for a call whose
-# results decide anything: the rule is the whole GPU label on every call).
+# `mla bench decode --timeline` prints for every build, default none), MLA_AB_SKIP_TESTS=1 (not
+# for a call whose results decide anything: the rule is the whole GPU label on every call).
 # MLA_AB_ENV="name:VAR=VALUE[,VAR=VALUE] ...": the tree's `mla` run under each environment as its
 # own build (e.g. "pairs:MLA_DECODE_SEESAW=4 lockstep:MLA_DECODE_SEESAW=0"; the first is then the
 # reference), instead of the plain tree. MLA_AB_NCU="b,s_q,h_q,s_k ...": per build and row,
@@ -144,10 +144,14 @@ PY
       done
     done
   fi
-  for row in ${MLA_AB_TIMELINE:-}; do
-    echo "== timeline of the tree, $row"
-    build-gpu/mla bench decode --only "$row" --kernel fast --timeline --flashmla-ref '' \
-      2>/dev/null | grep -A10 "^timeline"
+  for tb in "${builds[@]}"; do
+    parse_build "$tb"
+    [ -x "$bin" ] || continue
+    for row in ${MLA_AB_TIMELINE:-}; do
+      echo "== timeline of $tag, $row"
+      env "${environment[@]}" "$bin" bench decode --only "$row" --kernel fast --timeline \
+        --flashmla-ref '' 2>/dev/null | grep -A10 "^timeline"
+    done
   done
   for tb in "${builds[@]}"; do
     parse_build "$tb"
