@@ -1,16 +1,17 @@
 // The mma.sync MLA decode kernel for tiles of 16 query rows: split-KV over the plan's pieces, a
-// three-stage TMA page pipeline (page_tma.cuh) fed two pages ahead across piece boundaries,
+// two-stage TMA page pipeline (page_tma.cuh) fed one page ahead across piece boundaries,
 // queries held in registers, ldmatrix + mma.sync m16n8k16. Included only by
 // instantiations/rows16.cu.
 //
 // Layout of work and shared memory: see config.h. The subtle parts:
 // - The queries (16 rows × 576) are the A fragments of all 36 k-steps of S, 144 registers per
-//   thread, loaded once per piece: cp.async into the page stage that the piece's third page will
+//   thread, loaded once per piece: cp.async into the page stage that the piece's second page will
 //   use (free then: its last page was the previous piece's, already consumed), ldmatrix into
 //   registers, and a proxy fence before thread 0 hands that stage to TMA again.
-// - Thread 0 issues the page consumed two after the current one as soon as every thread has
-//   passed the current page's barrier (so the stage of the page before is free), whichever piece
-//   it belongs to: two pages stay in flight through every page's compute and across pieces.
+// - Thread 0 issues the page consumed after the current one as soon as every thread has passed
+//   the current page's barrier (so the stage of the page before is free), whichever piece it
+//   belongs to: a page stays in flight through every page's compute and across pieces (two
+//   stages: a third, two pages ahead, made the CTAs' finish times spread more, config.h).
 // - Tokens past a sequence's end never reach P·V as garbage (0 · NaN would be NaN even with
 //   P = 0): their rows are zeroed in shared memory after the copy (page_tma.cuh).
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // The first piece's queries are requested before its pages: they are needed first, and behind
   // two pages' TMA copies they arrived 2.6-7 µs late (the timeline, docs/kernels/mla_decode.md).
-  // They go through the stage the third page will use, which the first two pages leave free.
+  // They go through the stage the second page will use, which the first page leaves free.
   if (has_work && loader.row < kRowsPerTile)
     loader.copy_query_row(kv_smem0 + (kMmaStages - 1) * kStageBytes, args, piece.seq, kv_head,
                           tile_row0);
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                             piece.seqlen - page * kPageTokens);
       __syncthreads();  // page visible to all; everyone is done with the page before it
       if (pipeline.pages_done == 0) stamp<kTimeline>(stamps, kTimelineFirstPage);
-      if (tid == 0) pipeline.issue_next(args, prefetch, kv_head);  // two pages ahead
+      if (tid == 0) pipeline.issue_next(args, prefetch, kv_head);  // one page ahead
       ++pipeline.pages_done;
       const uint32_t kv_stage = kv_smem0 + stage * kStageBytes;
 

@@ -32,7 +32,7 @@ namespace mla::kernels {
 // Which decode kernel runs. kBaseline: split-KV over the plan with a two-stage TMA page pipeline;
 // mma.sync on 16-row tiles when a kv head has at most 16 query rows, wgmma on 64-row tiles above
 // (see docs/kernels/mla_decode.md for the measurements behind the choices), then an LSE combine.
-// kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body (three
+// kFast: the kernel being built to beat FlashMLA (issue 3); the same plan and mma.sync body (two
 // page stages, queries in registers), the seesaw wgmma body above 16 rows (MlaDecodeSchedule), and
 // its combine launched as a programmatic dependent (sliced for small batches) or, on
 // request, fused in (MlaDecodeCombine).
