@@ -418,10 +418,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kFusedCombine) {
     // The page stages are free now: the merge stages the partials there.
     static_assert((sizeof(smem.kv)) / sizeof(float) >= kMergeShareMinScratchFloats);
-    merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, kv_head, tile_row0,
+    // The tile's coordinates made again from the block index: held across the page loop, they
+    // spilled (8 B, two page stages).
+    const int merge_kv_head = blockIdx.y / args.shape.num_row_tiles;
+    const int merge_row0 = (blockIdx.y % args.shape.num_row_tiles) * kRowsPerTile;
+    merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, merge_kv_head, merge_row0,
                                        reinterpret_cast<float*>(smem.kv),
                                        int(sizeof(smem.kv) / sizeof(float)));
-    write_empty_sequences<kRowsPerTile>(args, plan, kv_head, tile_row0);
+    write_empty_sequences<kRowsPerTile>(args, plan, merge_kv_head, merge_row0);
   }
   stamp<kTimeline>(stamps, kTimelineExit);
   write_stamps<kTimeline>(args, stamps);
