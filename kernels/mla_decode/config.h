@@ -88,8 +88,8 @@ struct PendingMerges {
 // order). Its queries live in registers (staged through a free page stage once per piece), which
 // left room for a third page stage, used until the twenty-eighth session: with two, one page in
 // flight per SM, every 16-row row of the sweep ran faster (1.8 % geometric mean; the CTAs'
-// finish times spread 10 µs instead of 27 at b = 128, 4096: more bytes in flight per SM than
-// the DRAM needs only queue, and the SMs that get less of it finish last).
+// finish times spread 10 µs instead of 27 at b = 128, 4096: consistent with the hypothesis that
+// bytes in flight beyond what covers the latency only queue, and the SMs served last finish last).
 inline constexpr int kMmaStages = 2;
 template <int kRowsPerTile>
 struct SharedStorage {

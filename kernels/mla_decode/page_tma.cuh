@@ -1,8 +1,8 @@
 // The TMA page pipeline shared by the decode bodies (two stages in each): one thread issues each
 // 64-token page as 9 boxes of 64 × 64 (128-byte swizzle, L2 evict-first; evict-normal measured
-// 4-7 % slower, twenty-eighth session) completing on the stage's mbarrier, or, in kFast's pairs
-// order, each half of a page (issue_page_half: one 4-block box, plus the rope block for one of the
-// halves) on the half's mbarrier; every thread waits on that barrier's phase.
+// ~6 % slower (5-8 % by row class), twenty-eighth session) completing on the stage's mbarrier, or,
+// in kFast's pairs order, each half of a page (issue_page_half: one 4-block box, plus the rope
+// block for one of the halves) on the half's mbarrier; every thread waits on that barrier's phase.
 // A CTA counts the pages it has consumed across its pieces; the count selects the stage (count mod
 // stages) and the phase parity (count / stages mod 2). PartPageStream (mla_decode_plan.h) lets
 // thread 0 issue pages ahead across piece boundaries: the n-th page it issues is the n-th the CTA

@@ -11,7 +11,7 @@
 // - Thread 0 issues the page consumed after the current one as soon as every thread has passed
 //   the current page's barrier (so the stage of the page before is free), whichever piece it
 //   belongs to: a page stays in flight through every page's compute and across pieces (two
-//   stages: a third, two pages ahead, made the CTAs' finish times spread more, config.h).
+//   stages: with a third, two pages ahead, the CTAs' finish times spread more, config.h).
 // - Tokens past a sequence's end never reach P·V as garbage (0 · NaN would be NaN even with
 //   P = 0): their rows are zeroed in shared memory after the copy (page_tma.cuh).
 // - Scores are kept in base 2 (x = s · scale · log2 e); a row that has seen no key keeps
@@ -148,10 +148,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (bool more = has_work; more; more = cursor.next(&piece)) {
     const int batch_index = piece.seq;
 
-    // Queries of this tile → registers, through the stage the page after next will use (rows
-    // past the kv head's last row are zero-filled). That stage held the page before the current
-    // one, which everyone finished before the previous piece's epilogue barrier. (The first
-    // piece's were requested above, into that same stage.)
+    // Queries of this tile → registers, through the stage the piece's second page will use (rows
+    // past the kv head's last row are zero-filled). That stage held the previous piece's last
+    // page, which everyone finished before that piece's epilogue barrier, and no copy into it is
+    // issued before this piece's first page barrier. (The first piece's were requested above,
+    // into that same stage.)
     const uint32_t q_stage =
         kv_smem0 + ((pipeline.pages_done + kMmaStages - 1) % kMmaStages) * kStageBytes;
     if (pipeline.pages_done != 0) {

@@ -150,7 +150,7 @@ PY
     for row in ${MLA_AB_TIMELINE:-}; do
       echo "== timeline of $tag, $row"
       env "${environment[@]}" "$bin" bench decode --only "$row" --kernel fast --timeline \
-        --flashmla-ref '' 2>/dev/null | grep -A16 "^timeline"
+        --flashmla-ref '' 2>/dev/null | sed -n '/^timeline/,/^  a streaming kernel/p'
     done
   done
   for tb in "${builds[@]}"; do

@@ -220,14 +220,16 @@ TEST_P(MlaDecodeGpu, ManyShortPiecesPerCta) {
   // the stage and phase counts carried across pieces (odd page counts flip the pairs order's
   // parities), the query tile's TMA phase per piece, and the staged epilogue's reuse of the query
   // tile and first stage before the next piece's copies. Every seesaw order, and the lockstep
-  // body.
+  // body; and the 16-row body (h_q 16), whose queries are staged per piece through the stage the
+  // piece's second page will use (two stages: the stage its previous piece's last page held).
   std::mt19937 rng(4242);
   const std::vector<KernelChoice> choices = with_every_seesaw_order(GetParam());
   struct Case {
     int heads, seqlen_q;
     bool causal;
   };
-  for (const Case& c : {Case{128, 1, false}, Case{64, 2, true}, Case{32, 3, true}}) {
+  for (const Case& c :
+       {Case{128, 1, false}, Case{64, 2, true}, Case{32, 3, true}, Case{16, 1, false}}) {
     ref::PagedDecodeProblemSpec spec;
     spec.num_heads_q = c.heads;
     spec.seqlen_q = c.seqlen_q;
