@@ -62,6 +62,19 @@ MLA_HOST_DEVICE bool query_tile_tma_applies(int heads_per_kv) {
   return heads_per_kv > 0 && (heads_per_kv % 64 == 0 || 64 % heads_per_kv == 0);
 }
 
+// Row tile `tile_index` of a split-KV grid (kv head major: a kv head's tiles are consecutive)
+// with kRowsPerTile rows: its kv head and its first row in that kv head.
+struct RowTile {
+  int kv_head;
+  int row0;
+};
+// (Index: the caller's type, int or blockIdx's unsigned, so the division is the one it had.)
+template <int kRowsPerTile, typename Index>
+MLA_HOST_DEVICE RowTile row_tile(const DecodeKernelArgs& args, Index tile_index) {
+  return {static_cast<int>(tile_index / args.shape.num_row_tiles),
+          static_cast<int>((tile_index % args.shape.num_row_tiles) * kRowsPerTile)};
+}
+
 // Row r of kv head `kv_head` (rows are (query position, head) pairs, head fastest) and what it may
 // see. Shared by the split-KV bodies and the combines so they agree on the mapping.
 struct QueryRow {

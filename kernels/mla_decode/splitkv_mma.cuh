@@ -96,8 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int kv_head = blockIdx.y / args.shape.num_row_tiles;
-  const int tile_row0 = (blockIdx.y % args.shape.num_row_tiles) * kRowsPerTile;
+  const auto [kv_head, tile_row0] = row_tile<kRowsPerTile>(args, blockIdx.y);
   const int rows_total = args.shape.rows_per_kv_head;
 
   // S phase: this warp's rows [s_row0, +kRowsPerWarpS) × tokens [s_tok0, +kTokensPerWarpS).
@@ -419,14 +418,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kFusedCombine) {
     // The page stages are free now: the merge stages the partials there.
     static_assert((sizeof(smem.kv)) / sizeof(float) >= kMergeShareMinScratchFloats);
-    // The tile's coordinates made again from the block index: held across the page loop, they
+    // The tile made again from the block index: held across the page loop, its coordinates
     // spilled (8 B, two page stages).
-    const int merge_kv_head = blockIdx.y / args.shape.num_row_tiles;
-    const int merge_row0 = (blockIdx.y % args.shape.num_row_tiles) * kRowsPerTile;
-    merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, merge_kv_head, merge_row0,
+    const RowTile tile = row_tile<kRowsPerTile>(args, blockIdx.y);
+    merge_pending_pieces<kRowsPerTile>(args, plan, smem.pending, tile.kv_head, tile.row0,
                                        reinterpret_cast<float*>(smem.kv),
                                        int(sizeof(smem.kv) / sizeof(float)));
-    write_empty_sequences<kRowsPerTile>(args, plan, merge_kv_head, merge_row0);
+    write_empty_sequences<kRowsPerTile>(args, plan, tile.kv_head, tile.row0);
   }
   stamp<kTimeline>(stamps, kTimelineExit);
   write_stamps<kTimeline>(args, stamps);

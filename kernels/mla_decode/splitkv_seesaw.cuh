@@ -212,8 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = __shfl_sync(0xffffffffu, tid / kSeesawGroupThreads, 0);
   const int tid_in_group = tid % kSeesawGroupThreads;
   const int warp_in_group = tid_in_group / 32;
-  const int kv_head = tile_index / args.shape.num_row_tiles;
-  const int tile_row0 = (tile_index % args.shape.num_row_tiles) * kSeesawRows;
+  const auto [kv_head, tile_row0] = row_tile<kSeesawRows>(args, tile_index);
   // The two accumulator rows of this thread (for S and for O alike).
   const int my_rows[2] = {warp_in_group * 16 + lane / 4, warp_in_group * 16 + lane / 4 + 8};
 

@@ -68,8 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = tid & 31;
   const int group = tid / 128;  // warpgroup 0 or 1
   const int warp_in_group = (tid / 32) % 4;
-  const int kv_head = blockIdx.y / args.shape.num_row_tiles;
-  const int tile_row0 = (blockIdx.y % args.shape.num_row_tiles) * kWgmmaRows;
+  const auto [kv_head, tile_row0] = row_tile<kWgmmaRows>(args, blockIdx.y);
   // The two accumulator rows of this thread (both for S and for O).
   const int my_rows[2] = {warp_in_group * 16 + lane / 4, warp_in_group * 16 + lane / 4 + 8};
 

@@ -152,10 +152,6 @@ PY
       env "${environment[@]}" "$bin" bench decode --only "$row" --kernel fast --timeline \
         --flashmla-ref '' 2>/dev/null | sed -n '/^timeline/,/^  a streaming kernel/p'
     done
-  done
-  for tb in "${builds[@]}"; do
-    parse_build "$tb"
-    [ -x "$bin" ] || continue
     for row in ${MLA_AB_TRACE:-}; do
       echo "== pair trace of $tag, $row"
       env "${environment[@]}" "$bin" bench decode --only "$row" --kernel fast --pair-trace \
